@@ -1,0 +1,1 @@
+"""capsule: large programs inside the Linux kernel as eBPF."""

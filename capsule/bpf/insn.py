@@ -1,0 +1,136 @@
+"""The BPF instruction: one value type, its 8-byte encoding, and decoding.
+
+An ``Insn`` is a decoded instruction. ``ld_imm64`` (the only 16-byte instruction) is one ``Insn`` whose ``imm``
+holds the whole 64-bit immediate (low word | high word << 32, unsigned), so a list of ``Insn`` is a program and
+``slots()`` tells how many 8-byte slots it occupies.
+
+Instructions may carry symbolic metadata the way cilium/ebpf's asm package does:
+``ref`` names what the instruction refers to (a label for a jump, a function for a call, a map or data symbol
+for ``ld_imm64``, a kfunc), and ``sym`` names a label defined at this instruction. Encoding ignores both; the
+assembler (``capsule.bpf.asm``) and the loader resolve them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+
+from .opcodes import LD_IMM64, Class, Jmp
+
+SLOT = 8
+_FMT = struct.Struct("<BBhi")
+
+
+class DecodeError(ValueError):
+    """Raised for bytes that are not a well-formed BPF instruction stream."""
+
+
+def _s32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _s16(v: int) -> int:
+    v &= 0xFFFF
+    return v - (1 << 16) if v & 0x8000 else v
+
+
+@dataclass(eq=True)
+class Insn:
+    code: int
+    dst: int = 0
+    src: int = 0
+    off: int = 0
+    imm: int = 0
+    ref: str | None = None
+    sym: str | None = None
+
+    # -- shape ---------------------------------------------------------------------------------------------
+    @property
+    def cls(self) -> int:
+        return self.code & 0x07
+
+    @property
+    def is_ld_imm64(self) -> bool:
+        return self.code == LD_IMM64
+
+    def slots(self) -> int:
+        return 2 if self.is_ld_imm64 else 1
+
+    @property
+    def is_jump(self) -> bool:
+        """A jump with a PC-relative target (not call or exit)."""
+        if self.cls not in (Class.JMP, Class.JMP32):
+            return False
+        op = self.code & 0xF0
+        if op in (Jmp.CALL, Jmp.EXIT):
+            return False
+        return True
+
+    @property
+    def is_call(self) -> bool:
+        return self.code == (Class.JMP | Jmp.CALL)
+
+    @property
+    def is_exit(self) -> bool:
+        return self.code == (Class.JMP | Jmp.EXIT)
+
+    @property
+    def is_gotol(self) -> bool:
+        return self.code == (Class.JMP32 | Jmp.JA)
+
+    def jump_offset(self) -> int:
+        """The PC-relative target offset in slots (gotol keeps it in imm)."""
+        return self.imm if self.is_gotol else self.off
+
+    def with_jump_offset(self, off: int) -> Insn:
+        return replace(self, imm=off) if self.is_gotol else replace(self, off=off)
+
+    # -- encoding ------------------------------------------------------------------------------------------
+    def encode(self) -> bytes:
+        regs = (self.src & 0xF) << 4 | (self.dst & 0xF)
+        if self.is_ld_imm64:
+            v = self.imm & 0xFFFFFFFFFFFFFFFF
+            return _FMT.pack(self.code, regs, _s16(self.off), _s32(v)) + _FMT.pack(0, 0, 0, _s32(v >> 32))
+        return _FMT.pack(self.code, regs, _s16(self.off), _s32(self.imm))
+
+    def __repr__(self) -> str:  # compact, for test failures
+        extra = "".join(f" {k}={v!r}" for k, v in (("ref", self.ref), ("sym", self.sym)) if v)
+        return f"Insn(0x{self.code:02x} dst={self.dst} src={self.src} off={self.off} imm={self.imm}{extra})"
+
+
+def encode(insns: list[Insn]) -> bytes:
+    return b"".join(i.encode() for i in insns)
+
+
+def decode(data: bytes) -> list[Insn]:
+    """Decode a byte string of instructions. ld_imm64 consumes two slots."""
+    if len(data) % SLOT:
+        raise DecodeError(f"instruction bytes not a multiple of 8 ({len(data)} bytes)")
+    out: list[Insn] = []
+    n = len(data) // SLOT
+    i = 0
+    while i < n:
+        code, regs, off, imm = _FMT.unpack_from(data, i * SLOT)
+        dst, src = regs & 0xF, regs >> 4
+        if code == LD_IMM64:
+            if i + 1 >= n:
+                raise DecodeError(f"ld_imm64 at slot {i} is missing its second half")
+            code2, regs2, off2, imm2 = _FMT.unpack_from(data, (i + 1) * SLOT)
+            if code2 or regs2 or off2:
+                raise DecodeError(f"ld_imm64 at slot {i}: malformed second half")
+            out.append(Insn(code, dst, src, off, (imm & 0xFFFFFFFF) | (imm2 & 0xFFFFFFFF) << 32))
+            i += 2
+        else:
+            out.append(Insn(code, dst, src, off, imm))
+            i += 1
+    return out
+
+
+def slot_offsets(insns: list[Insn]) -> list[int]:
+    """The slot index at which each instruction starts."""
+    offs, pos = [], 0
+    for ins in insns:
+        offs.append(pos)
+        pos += ins.slots()
+    return offs

@@ -1,0 +1,84 @@
+"""What a BPF object describes, before anything touches the kernel (cilium/ebpf's CollectionSpec).
+
+``capsule.bpf.elf`` reads these from ELF, ``capsule.bpf.elf_write`` writes them to ELF, code generators build them
+directly, and ``capsule.kernel.collection`` turns one into live maps and programs.
+
+Symbolic references left in a program's instructions (``Insn.ref``) are resolved at load time:
+
+- ``ld_imm64`` with ``src == Pseudo.MAP_FD``: ``ref`` names a map; the loader puts its fd in ``imm``.
+- ``ld_imm64`` with ``src == Pseudo.MAP_VALUE``: ``ref`` names a map (a global data section such as ``.bss``
+  is a map of one element); the high 32 bits of ``imm`` are the offset into its value, the loader sets the low
+  32 bits to the map fd.
+- ``call`` with ``src == CallKind.KFUNC``: ``ref`` names a kernel function; the loader puts its vmlinux BTF id in
+  ``imm``.
+
+Everything else (BPF-to-BPF calls, ``ld_imm64`` of a function, jumps) is already resolved to relative offsets in
+``ProgramSpec.insns``, which holds the entry function followed by every subprogram it reaches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .insn import Insn
+
+
+@dataclass
+class FuncInfo:
+    """``.BTF.ext`` func_info: the function starting at slot ``insn_off`` has BTF FUNC type ``type_id``."""
+
+    insn_off: int
+    type_id: int
+
+
+@dataclass
+class LineInfo:
+    """``.BTF.ext`` line_info: source position of the instruction at slot ``insn_off``."""
+
+    insn_off: int
+    file_name_off: int  # offsets into the BTF string table
+    line_off: int
+    line: int
+    col: int
+
+
+@dataclass
+class MapSpec:
+    name: str
+    type: int  # BPF_MAP_TYPE_*
+    key_size: int
+    value_size: int
+    max_entries: int
+    flags: int = 0
+    map_extra: int = 0
+    # BTF type ids (in ObjectSpec.btf) of key and value, 0 when unknown
+    btf_key_type_id: int = 0
+    btf_value_type_id: int = 0
+    # initial value of element 0 for global data maps (.data, .rodata, .bss) and sized contents
+    contents: bytes | None = None
+    # .rodata is frozen after it is filled, so the verifier may treat loads from it as constants
+    freeze: bool = False
+    # for global data: the ELF section it came from; the kernel map name is derived from it
+    section: str | None = None
+
+
+@dataclass
+class ProgramSpec:
+    name: str  # the entry function's symbol name
+    section: str  # ELF section, e.g. "xdp" or "syscall"
+    type: int  # BPF_PROG_TYPE_*
+    insns: list[Insn]
+    license: str = "GPL"
+    expected_attach_type: int = 0
+    attach_to: str = ""  # e.g. the tracepoint "syscalls/sys_enter_getpid"
+    flags: int = 0  # BPF_F_SLEEPABLE etc.
+    func_infos: list[FuncInfo] = field(default_factory=list)
+    line_infos: list[LineInfo] = field(default_factory=list)
+
+
+@dataclass
+class ObjectSpec:
+    programs: dict[str, ProgramSpec] = field(default_factory=dict)
+    maps: dict[str, MapSpec] = field(default_factory=dict)
+    btf: object | None = None  # capsule.bpf.btf.BTF, the object's own types (needed for func_info)
+    license: str = "GPL"
