@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
-import shutil
 import subprocess
 from pathlib import Path
 
-CLANG = shutil.which("clang-19") or "clang-19"
+from capsule.toolchain import bpf_cflags, clang
+
 CACHE = Path(os.environ.get("CAPSULE_TEST_CACHE", Path(__file__).parent.parent / ".cache" / "tests"))
 CORPUS = Path(__file__).parent / "corpus"
-
-
-def bpf_cflags(mcpu: str = "v4") -> list[str]:
-    return [
-        "-target", "bpf", f"-mcpu={mcpu}", "-O2", "-g",
-        f"-I/usr/include/{platform.machine()}-linux-gnu",
-        "-Wall", "-Wno-unused-function",
-    ]
 
 
 def compile_bpf(src: Path | str, mcpu: str = "v4", extra: list[str] | None = None) -> Path:
@@ -34,11 +25,14 @@ def compile_bpf(src: Path | str, mcpu: str = "v4", extra: list[str] | None = Non
     if out.exists():
         return out
     CACHE.mkdir(parents=True, exist_ok=True)
-    tmp_src = CACHE / f"{name}-{key}.c"
+    tmp_src = CACHE / f"{name}-{key}-{os.getpid()}.c"
     tmp_src.write_bytes(text)
-    res = subprocess.run([CLANG, *flags, "-c", str(tmp_src), "-o", str(out) + ".tmp"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [clang(), *flags, "-c", str(tmp_src), "-o", f"{out}.{os.getpid()}.tmp"],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode:
         raise RuntimeError(f"clang-19 failed on {name}:\n{res.stderr}")
-    os.replace(str(out) + ".tmp", out)
+    os.replace(f"{out}.{os.getpid()}.tmp", out)
     return out
