@@ -1,0 +1,464 @@
+"""Read a standard BPF ELF object (clang's or libbpf-style output) into an ``ObjectSpec``.
+
+What libbpf does between ``bpf_object__open`` and loading, minus talking to the kernel:
+
+- every function in a non-``.text`` code section is a program; its section name gives the program type;
+- ``.text`` holds subprograms (static and global); each program gets the subprograms it reaches appended after
+  its entry function, BPF-to-BPF calls and function-address ``ld_imm64`` fixed to relative offsets, and the
+  ``.BTF.ext`` func_info / line_info of every placed function moved along;
+- ``ld_imm64`` of a map becomes ``src=MAP_FD, ref=<map>``, of a global variable ``src=MAP_VALUE,
+  ref=<section>``, offset in the high word; calls to undefined (``__ksym``) functions become kfunc calls;
+- ``.maps`` BTF map definitions, ``.data``/``.rodata``/``.bss`` (and ``.data.*`` etc.) become ``MapSpec``s.
+
+Everything that goes wrong raises ``ObjectError`` with a message that names the section, symbol or offset.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from .btf import BTF, BTFError
+from .btf_ext import BTFExt
+from .btf_types import Datasec, Enum, Ptr, Struct, Var
+from .elf_sections import ProgType, section_type
+from .insn import SLOT, DecodeError, Insn, decode
+from .opcodes import CallKind, Pseudo
+from .spec import FuncInfo, LineInfo, MapSpec, ObjectSpec, ProgramSpec
+
+__all__ = ["ObjectError", "read_object", "EM_BPF", "RELOC_NAMES"]
+
+EM_BPF = 247
+RELOC_NAMES = {
+    0: "R_BPF_NONE",
+    1: "R_BPF_64_64",
+    2: "R_BPF_64_ABS64",
+    3: "R_BPF_64_ABS32",
+    4: "R_BPF_64_NODYLD32",
+    10: "R_BPF_64_32",
+}
+R_BPF_64_64, R_BPF_64_32 = 1, 10
+MAP_TYPE_ARRAY = 2
+BPF_F_RDONLY_PROG = 1 << 7
+BPF_F_MMAPABLE = 1 << 10
+SHN_UNDEF = 0
+_DATA_PREFIXES = (".data", ".rodata", ".bss")
+
+
+class ObjectError(ValueError):
+    """The input is not a BPF object capsule can read; the message says where and why."""
+
+
+def read_object(src: str | Path | bytes) -> ObjectSpec:
+    """Parse a BPF ELF object (a path or its bytes)."""
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        data, where = bytes(src), "<bytes>"
+    else:
+        where = str(src)
+        try:
+            data = Path(src).read_bytes()
+        except OSError as e:
+            raise ObjectError(f"{where}: cannot read: {e.strerror}") from None
+    if len(data) < 4 or data[:4] != b"\x7fELF":
+        raise ObjectError(f"{where}: not an ELF file")
+    if len(data) < 64:
+        raise ObjectError(f"{where}: truncated ELF header ({len(data)} bytes)")
+    try:
+        return _Reader(data, where).read()
+    except ObjectError:
+        raise
+    except (ELFError, BTFError, DecodeError, struct.error, ValueError) as e:
+        raise ObjectError(f"{where}: malformed object: {e}") from None
+    except Exception as e:  # pyelftools reports some corruptions as arbitrary exceptions
+        raise ObjectError(f"{where}: malformed object ({type(e).__name__}: {e})") from None
+
+
+@dataclass
+class _Sym:
+    name: str
+    value: int
+    size: int
+    type: str  # STT_*
+    bind: str  # STB_*
+    shndx: int  # 0 for undefined, or a special value name turned into -1
+
+
+@dataclass
+class _Func:
+    name: str
+    shndx: int
+    start: int  # slot
+    end: int  # slot (exclusive)
+    insns: list[Insn]
+    # per instruction index: (target section, target slot) for calls / function addresses
+    targets: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.shndx, self.start)
+
+
+class _Reader:
+    def __init__(self, data: bytes, where: str) -> None:
+        self.where = where
+        self.elf = ELFFile(io.BytesIO(data))
+        if self.elf.elfclass != 64 or not self.elf.little_endian:
+            raise ObjectError(f"{where}: not a 64-bit little-endian ELF (BPF objects are)")
+        machine = self.elf.header["e_machine"]
+        if machine != "EM_BPF" and machine != EM_BPF:
+            raise ObjectError(f"{where}: ELF machine is {machine}, not EM_BPF ({EM_BPF})")
+        self.sections = list(self.elf.iter_sections())
+        self.names = [s.name for s in self.sections]
+        self.syms: list[_Sym] = []
+        self.btf: BTF | None = None
+        self.ext: BTFExt | None = None
+        self.maps: dict[str, MapSpec] = {}
+        self.map_at: dict[int, str] = {}  # .maps offset -> map name
+        self.data_secs: dict[int, str] = {}  # section index -> map name
+        self.funcs: dict[tuple[int, int], _Func] = {}
+
+    def err(self, msg: str) -> ObjectError:
+        return ObjectError(f"{self.where}: {msg}")
+
+    # -- driver -----------------------------------------------------------------------------------------
+    def read(self) -> ObjectSpec:
+        self._read_symbols()
+        self._read_btf()
+        license_ = self._read_license()
+        self._read_data_sections()
+        self._read_btf_maps()
+        self._read_code()
+        programs: dict[str, ProgramSpec] = {}
+        for f in self.funcs.values():
+            if f.shndx == self.text_idx:
+                continue
+            sec = self.names[f.shndx]
+            st = section_type(sec)
+            prog = ProgramSpec(
+                name=f.name,
+                section=sec,
+                type=st.prog_type if st else ProgType.UNSPEC,
+                insns=[],
+                license=license_,
+                expected_attach_type=st.expected_attach_type if st else 0,
+                attach_to=st.attach_to if st else "",
+                flags=st.flags if st else 0,
+            )
+            self._link(prog, f)
+            programs[f.name] = prog
+        return ObjectSpec(programs=programs, maps=self.maps, btf=self.btf, license=license_)
+
+    # -- symbols, BTF, license --------------------------------------------------------------------------
+    def _read_symbols(self) -> None:
+        symtab = self.elf.get_section_by_name(".symtab")
+        if not isinstance(symtab, SymbolTableSection):
+            raise self.err("no .symtab section")
+        for s in symtab.iter_symbols():
+            shndx = s["st_shndx"]
+            if shndx == "SHN_UNDEF":
+                shndx = SHN_UNDEF
+            elif not isinstance(shndx, int):
+                shndx = -1
+            elif shndx >= len(self.sections):
+                raise self.err(f"symbol {s.name!r} points at section {shndx}, which does not exist")
+            self.syms.append(
+                _Sym(s.name, s["st_value"], s["st_size"], s["st_info"]["type"], s["st_info"]["bind"], shndx)
+            )
+        self.text_idx = self.names.index(".text") if ".text" in self.names else -1
+
+    def _read_btf(self) -> None:
+        sec = self.elf.get_section_by_name(".BTF")
+        if sec is None:
+            return
+        self.btf = BTF.parse(sec.data())
+        ext = self.elf.get_section_by_name(".BTF.ext")
+        if ext is not None:
+            self.ext = BTFExt.parse(ext.data(), self.btf.strings)
+        sizes = {s.name: s["sh_size"] for s in self.sections}
+        offsets = {s.name: s.value for s in self.syms if s.type == "STT_OBJECT" and s.shndx > 0}
+        self.btf.fixup_datasecs(sizes, offsets)
+
+    def _read_license(self) -> str:
+        sec = self.elf.get_section_by_name("license")
+        if sec is None:
+            return "GPL"
+        return sec.data().split(b"\0", 1)[0].decode("ascii", "replace")
+
+    # -- maps -------------------------------------------------------------------------------------------
+    def _read_data_sections(self) -> None:
+        for idx, sec in enumerate(self.sections):
+            name = sec.name
+            if not any(name == p or name.startswith(p + ".") for p in _DATA_PREFIXES):
+                continue
+            if (
+                sec["sh_type"] not in ("SHT_PROGBITS", "SHT_NOBITS")
+                or not sec["sh_flags"] & SH_FLAGS.SHF_ALLOC
+            ):
+                continue
+            size = sec["sh_size"]
+            if size == 0:
+                continue
+            rodata = name.startswith(".rodata")
+            contents = bytes(size) if sec["sh_type"] == "SHT_NOBITS" else sec.data()
+            value_id = 0
+            if self.btf is not None:
+                ids = self.btf.find_ids(name, Datasec.kind)
+                value_id = ids[0] if ids else 0
+            flags = BPF_F_MMAPABLE | (BPF_F_RDONLY_PROG if rodata else 0)
+            self.maps[name] = MapSpec(
+                name,
+                MAP_TYPE_ARRAY,
+                4,
+                size,
+                1,
+                flags,
+                btf_value_type_id=value_id,
+                contents=contents,
+                freeze=rodata,
+                section=name,
+            )
+            self.data_secs[idx] = name
+
+    def _read_btf_maps(self) -> None:
+        if ".maps" not in self.names:
+            return
+        idx = self.names.index(".maps")
+        for s in self.syms:
+            if s.shndx == idx and s.type == "STT_OBJECT":
+                self.map_at[s.value] = s.name
+        if self.btf is None:
+            raise self.err(".maps section without .BTF: BTF-defined maps need the object's BTF")
+        try:
+            sec = self.btf.find(".maps", Datasec.kind)
+        except BTFError:
+            raise self.err(".maps section has no DATASEC in .BTF") from None
+        assert isinstance(sec, Datasec)
+        for vs in sec.vars:
+            var = self.btf.type_by_id(vs.type)
+            if not isinstance(var, Var):
+                raise self.err(f".maps DATASEC entry {vs.type} is not a VAR")
+            self.maps[var.name] = self._map_from_btf(var)
+
+    def _map_from_btf(self, var: Var) -> MapSpec:
+        btf = self.btf
+        assert btf is not None
+        d = btf.resolve(var.type)
+        if not isinstance(d, Struct):
+            raise self.err(f"map {var.name!r}: definition is not a struct")
+        vals: dict[str, int] = {}
+        key_id = value_id = 0
+        for m in d.members:
+            if m.name in ("key", "value"):
+                p = btf.resolve(m.type)
+                if not isinstance(p, Ptr):
+                    raise self.err(f"map {var.name!r}: {m.name} must be declared with __type()")
+                tid = p.type
+                if m.name == "key":
+                    key_id = tid
+                else:
+                    value_id = tid
+                vals[m.name + "_size"] = btf.size_of(tid)
+            elif m.name == "values":
+                continue  # initial inner maps / programs: not supported, the slots stay empty
+            else:
+                vals[m.name] = self._map_int(var.name, m.name, m.type)
+        if "type" not in vals:
+            raise self.err(f"map {var.name!r}: no map type (__uint(type, ...))")
+        return MapSpec(
+            name=var.name,
+            type=vals["type"],
+            key_size=vals.get("key_size", 0),
+            value_size=vals.get("value_size", 0),
+            max_entries=vals.get("max_entries", 0),
+            flags=vals.get("map_flags", 0),
+            map_extra=vals.get("map_extra", 0),
+            btf_key_type_id=key_id,
+            btf_value_type_id=value_id,
+        )
+
+    def _map_int(self, mapname: str, field_: str, tid: int) -> int:
+        """``__uint(x, N)`` is ``int (*x)[N]``; ``__ulong(x, N)`` an enum whose one value is N."""
+        assert self.btf is not None
+        t = self.btf.resolve(tid)
+        if isinstance(t, Ptr):
+            from .btf_types import Array
+
+            a = self.btf.resolve(t.type)
+            if isinstance(a, Array):
+                return a.nelems
+        if isinstance(t, Enum) and t.values:
+            return t.values[0].value
+        raise self.err(f"map {mapname!r}: field {field_!r} is not an integer definition")
+
+    # -- code -------------------------------------------------------------------------------------------
+    def _read_code(self) -> None:
+        relocs = self._read_relocations()
+        for idx, sec in enumerate(self.sections):
+            if sec["sh_type"] != "SHT_PROGBITS" or not sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR:
+                continue
+            data = sec.data()
+            insns = decode(data)
+            slots, pos = {}, 0
+            for i, ins in enumerate(insns):
+                slots[pos] = i
+                pos += ins.slots()
+            for s in self.syms:
+                if s.shndx != idx or s.type != "STT_FUNC":
+                    continue
+                if s.value % SLOT or s.size % SLOT or s.value + s.size > len(data):
+                    raise self.err(f"function {s.name!r} in {sec.name}: bad value/size {s.value}/{s.size}")
+                start, end = s.value // SLOT, (s.value + s.size) // SLOT
+                if start not in slots or (end not in slots and end != pos):
+                    raise self.err(f"function {s.name!r} in {sec.name} does not start/end at an instruction")
+                lo, hi = slots[start], slots.get(end, len(insns))
+                f = _Func(s.name, idx, start, end, [replace(i) for i in insns[lo:hi]])
+                self._resolve(f, relocs.get(idx, {}))
+                self.funcs[f.key] = f
+
+    def _read_relocations(self) -> dict[int, dict[int, tuple[int, _Sym]]]:
+        """Relocations of code sections: section index -> slot -> (type, symbol). Other sections' relocations
+        (debug info, .BTF) are checked for known types and otherwise ignored."""
+        out: dict[int, dict[int, tuple[int, _Sym]]] = {}
+        for sec in self.sections:
+            if sec["sh_type"] not in ("SHT_REL", "SHT_RELA"):
+                continue
+            target = sec["sh_info"]
+            if not 0 < target < len(self.sections):
+                raise self.err(f"{sec.name} applies to section {target}, which does not exist")
+            tsec = self.sections[target]
+            is_code = tsec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR
+            table = out.setdefault(target, {})
+            for r in sec.iter_relocations():
+                rtype, symi, off = r["r_info_type"], r["r_info_sym"], r["r_offset"]
+                if rtype not in RELOC_NAMES:
+                    raise self.err(f"unknown relocation type {rtype} in {sec.name} at offset {off}")
+                if symi >= len(self.syms):
+                    raise self.err(
+                        f"relocation in {sec.name} at offset {off} refers to symbol #{symi}, "
+                        f"which does not exist ({len(self.syms)} symbols)"
+                    )
+                if not is_code or rtype == 0:
+                    continue
+                if rtype not in (R_BPF_64_64, R_BPF_64_32):
+                    raise self.err(
+                        f"relocation {RELOC_NAMES[rtype]} not supported in code section "
+                        f"{tsec.name} (offset {off})"
+                    )
+                if off % SLOT:
+                    raise self.err(f"relocation in {sec.name} at unaligned offset {off}")
+                table[off // SLOT] = (rtype, self.syms[symi])
+        return out
+
+    def _resolve(self, f: _Func, relocs: dict[int, tuple[int, _Sym]]) -> None:
+        """Turn relocated instructions of one function into symbolic refs / call targets."""
+        pos = f.start
+        for i, ins in enumerate(f.insns):
+            rel = relocs.get(pos)
+            here = pos
+            pos += ins.slots()
+            if rel is None:
+                if ins.is_call and ins.src == CallKind.BPF:
+                    f.targets[i] = (f.shndx, here + ins.imm + 1)
+                continue
+            rtype, sym = rel
+            where = f"{self.names[f.shndx]}+{here * SLOT} ({f.name})"
+            if ins.is_call:
+                if sym.shndx == SHN_UNDEF:
+                    ins.src, ins.imm, ins.ref = CallKind.KFUNC, 0, sym.name
+                    continue
+                if not self._is_code(sym.shndx):
+                    raise self.err(f"{where}: call relocation against {sym.name!r}, not a function")
+                ins.src = CallKind.BPF
+                f.targets[i] = (sym.shndx, sym.value // SLOT + ins.imm + 1)
+                continue
+            if not ins.is_ld_imm64:
+                raise self.err(f"{where}: relocation on an instruction that is neither ld_imm64 nor call")
+            low = ins.imm & 0xFFFFFFFF
+            low = low - (1 << 32) if low & 0x80000000 else low
+            if sym.shndx == SHN_UNDEF:
+                ins.src, ins.imm, ins.ref = Pseudo.BTF_ID, 0, sym.name
+            elif sym.shndx > 0 and self.names[sym.shndx] == ".maps":
+                name = sym.name if sym.type == "STT_OBJECT" else self.map_at.get(sym.value + low)
+                if name is None or name not in self.maps:
+                    raise self.err(f"{where}: reference to unknown map {sym.name!r}")
+                ins.src, ins.imm, ins.ref = Pseudo.MAP_FD, 0, name
+            elif sym.shndx in self.data_secs:
+                off = sym.value + low
+                ins.src, ins.imm, ins.ref = (
+                    Pseudo.MAP_VALUE,
+                    (off & 0xFFFFFFFF) << 32,
+                    self.data_secs[sym.shndx],
+                )
+            elif sym.shndx > 0 and self._is_code(sym.shndx):
+                ins.src, ins.imm = Pseudo.FUNC, 0
+                f.targets[i] = (sym.shndx, (sym.value + low) // SLOT)
+            else:
+                sec = self.names[sym.shndx] if sym.shndx > 0 else "?"
+                raise self.err(
+                    f"{where}: relocation against {sym.name or sec!r} in section {sec!r}, "
+                    "which is not a map, global data or code section"
+                )
+
+    def _is_code(self, shndx: int) -> bool:
+        return shndx > 0 and bool(self.sections[shndx]["sh_flags"] & SH_FLAGS.SHF_EXECINSTR)
+
+    # -- linking ----------------------------------------------------------------------------------------
+    def _func_at(self, key: tuple[int, int], caller: _Func) -> _Func:
+        f = self.funcs.get(key)
+        if f is None:
+            raise self.err(
+                f"{caller.name}: call/address of {self.names[key[0]]}+{key[1] * SLOT}, "
+                "which is not the start of a function"
+            )
+        return f
+
+    def _link(self, prog: ProgramSpec, entry: _Func) -> None:
+        """Lay out entry + reachable subprograms; fix relative offsets; carry func/line info."""
+        order, placed, total = [entry], {entry.key: 0}, entry.end - entry.start
+        k = 0
+        while k < len(order):
+            for tgt in order[k].targets.values():
+                callee = self._func_at(tgt, order[k])
+                if callee.key not in placed:
+                    placed[callee.key] = total
+                    total += callee.end - callee.start
+                    order.append(callee)
+            k += 1
+        out: list[Insn] = []
+        for f in order:
+            base = placed[f.key]
+            pos = base
+            for i, ins in enumerate(f.insns):
+                ins = replace(ins)
+                if i == 0:
+                    ins.sym = f.name
+                tgt = f.targets.get(i)
+                if tgt is not None:
+                    dest = placed[tgt] if tgt in placed else None
+                    assert dest is not None
+                    rel = dest - (pos + 1)
+                    ins.imm = rel if ins.is_call else rel & 0xFFFFFFFF
+                out.append(ins)
+                pos += ins.slots()
+            self._carry_ext(prog, f, base)
+        prog.insns = out
+
+    def _carry_ext(self, prog: ProgramSpec, f: _Func, base: int) -> None:
+        if self.ext is None:
+            return
+        sec = self.names[f.shndx]
+        for fi in self.ext.func_info.get(sec, ()):
+            if f.start <= fi.insn_off < f.end:
+                prog.func_infos.append(FuncInfo(base + fi.insn_off - f.start, fi.type_id))
+        for li in self.ext.line_info.get(sec, ()):
+            if f.start <= li.insn_off < f.end:
+                prog.line_infos.append(
+                    LineInfo(base + li.insn_off - f.start, li.file_name_off, li.line_off, li.line, li.col)
+                )
