@@ -56,6 +56,10 @@ class ObjectError(ValueError):
     """The input is not a BPF object capsule can read; the message says where and why."""
 
 
+# sections carried through to ObjectSpec.extra_sections
+EXTRA_PREFIX = ".capsule"
+
+
 def read_object(src: str | Path | bytes) -> ObjectSpec:
     """Parse a BPF ELF object (a path or its bytes)."""
     if isinstance(src, (bytes, bytearray, memoryview)):
@@ -153,7 +157,12 @@ class _Reader:
             )
             self._link(prog, f)
             programs[f.name] = prog
-        return ObjectSpec(programs=programs, maps=self.maps, btf=self.btf, license=license_)
+        extra = {
+            sec.name: sec.data()
+            for sec in self.elf.iter_sections()
+            if sec.name.startswith(EXTRA_PREFIX) and sec["sh_type"] == "SHT_PROGBITS"
+        }
+        return ObjectSpec(programs=programs, maps=self.maps, btf=self.btf, license=license_, extra_sections=extra)
 
     # -- symbols, BTF, license --------------------------------------------------------------------------
     def _read_symbols(self) -> None:

@@ -28,6 +28,7 @@ _KINDS = {
     "rodata": (SHT_PROGBITS, SHF_ALLOC, 8),
     "bss": (SHT_NOBITS, SHF_ALLOC | SHF_WRITE, 8),
     "btf": (SHT_PROGBITS, 0, 4),
+    "note": (SHT_PROGBITS, 0, 8),
 }
 _SYMTYPES = {"notype": STT_NOTYPE, "object": STT_OBJECT, "func": STT_FUNC, "section": STT_SECTION}
 

@@ -252,6 +252,8 @@ class _Writer:
         ext_bytes = ext.encode(btf.strings)  # first: it adds section names to the BTF string table
         elf.add_section(".BTF", "btf", btf.encode())
         elf.add_section(".BTF.ext", "btf", ext_bytes)
+        for name, data in spec.extra_sections.items():
+            elf.add_section(name, "note", data)
         return elf.encode()
 
     def _kfunc_btf(self, name: str) -> int:

@@ -82,3 +82,6 @@ class ObjectSpec:
     maps: dict[str, MapSpec] = field(default_factory=dict)
     btf: object | None = None  # capsule.bpf.btf.BTF, the object's own types (needed for func_info)
     license: str = "GPL"
+    # non-allocated sections carried through unchanged, e.g. ".capsule.meta" (what the runtime needs to drive a
+    # compiled program); loaders that do not know them ignore them
+    extra_sections: dict[str, bytes] = field(default_factory=dict)

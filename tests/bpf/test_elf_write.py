@@ -273,3 +273,13 @@ def test_bad_references_are_reported() -> None:
     spec.programs["grow"].insns[5] = Insn(0x85, 0, CallKind.KFUNC, 0, 0, ref="no_such_kfunc_xyz")
     with pytest.raises(ValueError, match="no_such_kfunc_xyz"):
         object_bytes(spec)
+
+
+def test_extra_sections_roundtrip_and_still_load(tmp_path: Path) -> None:
+    """Non-allocated ``.capsule*`` sections (the compiler's metadata) survive write/read and do not bother libbpf."""
+    spec = scratch_spec()
+    spec.extra_sections = {".capsule.meta": b'{"version": 1}', ".capsule.empty": b""}
+    out = tmp_path / "extra.o"
+    write_object(spec, out)
+    assert read_object(out).extra_sections == spec.extra_sections
+    assert bpftool_loadall(out) == ["count", "grow"]
