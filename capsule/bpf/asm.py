@@ -128,6 +128,7 @@ def _reg(r: int, what: str = "register") -> int:
 
 def _imm32(v: int) -> int:
     """An immediate that fits the 32-bit field; unsigned spellings (0xffffffff) are accepted and wrapped."""
+    v = int(v)  # an IntEnum would make `in range` walk the range
     if v in _S32:
         return v
     if v in _U32:
@@ -136,6 +137,7 @@ def _imm32(v: int) -> int:
 
 
 def _off16(v: int) -> int:
+    v = int(v)
     if v not in _S16:
         raise AsmError(f"offset {v} does not fit in 16 bits")
     return v

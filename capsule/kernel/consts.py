@@ -1,0 +1,269 @@
+"""Numbers from include/uapi/linux/bpf.h (Linux 6.18) that the kernel layer speaks.
+
+The uapi enums only ever grow by appending, so these values hold on every kernel that knows the name.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, IntFlag
+
+BPF_OBJ_NAME_LEN = 16
+BPF_TAG_SIZE = 8
+
+
+class Cmd(IntEnum):
+    """enum bpf_cmd: the first argument of bpf(2)."""
+
+    MAP_CREATE = 0
+    MAP_LOOKUP_ELEM = 1
+    MAP_UPDATE_ELEM = 2
+    MAP_DELETE_ELEM = 3
+    MAP_GET_NEXT_KEY = 4
+    PROG_LOAD = 5
+    OBJ_PIN = 6
+    OBJ_GET = 7
+    PROG_ATTACH = 8
+    PROG_DETACH = 9
+    PROG_TEST_RUN = 10
+    PROG_GET_NEXT_ID = 11
+    MAP_GET_NEXT_ID = 12
+    PROG_GET_FD_BY_ID = 13
+    MAP_GET_FD_BY_ID = 14
+    OBJ_GET_INFO_BY_FD = 15
+    PROG_QUERY = 16
+    RAW_TRACEPOINT_OPEN = 17
+    BTF_LOAD = 18
+    BTF_GET_FD_BY_ID = 19
+    TASK_FD_QUERY = 20
+    MAP_LOOKUP_AND_DELETE_ELEM = 21
+    MAP_FREEZE = 22
+    BTF_GET_NEXT_ID = 23
+    MAP_LOOKUP_BATCH = 24
+    MAP_LOOKUP_AND_DELETE_BATCH = 25
+    MAP_UPDATE_BATCH = 26
+    MAP_DELETE_BATCH = 27
+    LINK_CREATE = 28
+    LINK_UPDATE = 29
+    LINK_GET_FD_BY_ID = 30
+    LINK_GET_NEXT_ID = 31
+    ENABLE_STATS = 32
+    ITER_CREATE = 33
+    LINK_DETACH = 34
+    PROG_BIND_MAP = 35
+    TOKEN_CREATE = 36
+
+
+class MapType(IntEnum):
+    """enum bpf_map_type."""
+
+    UNSPEC = 0
+    HASH = 1
+    ARRAY = 2
+    PROG_ARRAY = 3
+    PERF_EVENT_ARRAY = 4
+    PERCPU_HASH = 5
+    PERCPU_ARRAY = 6
+    STACK_TRACE = 7
+    CGROUP_ARRAY = 8
+    LRU_HASH = 9
+    LRU_PERCPU_HASH = 10
+    LPM_TRIE = 11
+    ARRAY_OF_MAPS = 12
+    HASH_OF_MAPS = 13
+    DEVMAP = 14
+    SOCKMAP = 15
+    CPUMAP = 16
+    XSKMAP = 17
+    SOCKHASH = 18
+    CGROUP_STORAGE = 19
+    REUSEPORT_SOCKARRAY = 20
+    PERCPU_CGROUP_STORAGE = 21
+    QUEUE = 22
+    STACK = 23
+    SK_STORAGE = 24
+    DEVMAP_HASH = 25
+    STRUCT_OPS = 26
+    RINGBUF = 27
+    INODE_STORAGE = 28
+    TASK_STORAGE = 29
+    BLOOM_FILTER = 30
+    USER_RINGBUF = 31
+    CGRP_STORAGE = 32
+    ARENA = 33
+
+
+PERCPU_MAP_TYPES = frozenset({MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_PERCPU_HASH,
+                              MapType.PERCPU_CGROUP_STORAGE})
+
+
+class ProgType(IntEnum):
+    """enum bpf_prog_type."""
+
+    UNSPEC = 0
+    SOCKET_FILTER = 1
+    KPROBE = 2
+    SCHED_CLS = 3
+    SCHED_ACT = 4
+    TRACEPOINT = 5
+    XDP = 6
+    PERF_EVENT = 7
+    CGROUP_SKB = 8
+    CGROUP_SOCK = 9
+    LWT_IN = 10
+    LWT_OUT = 11
+    LWT_XMIT = 12
+    SOCK_OPS = 13
+    SK_SKB = 14
+    CGROUP_DEVICE = 15
+    SK_MSG = 16
+    RAW_TRACEPOINT = 17
+    CGROUP_SOCK_ADDR = 18
+    LWT_SEG6LOCAL = 19
+    LIRC_MODE2 = 20
+    SK_REUSEPORT = 21
+    FLOW_DISSECTOR = 22
+    CGROUP_SYSCTL = 23
+    RAW_TRACEPOINT_WRITABLE = 24
+    CGROUP_SOCKOPT = 25
+    TRACING = 26
+    STRUCT_OPS = 27
+    EXT = 28
+    LSM = 29
+    SK_LOOKUP = 30
+    SYSCALL = 31
+    NETFILTER = 32
+
+
+class AttachType(IntEnum):
+    """enum bpf_attach_type (the ones capsule uses; values are positions in the uapi enum)."""
+
+    CGROUP_INET_INGRESS = 0
+    TRACE_RAW_TP = 23
+    TRACE_FENTRY = 24
+    TRACE_FEXIT = 25
+    TRACE_ITER = 28
+    XDP_DEVMAP = 33
+    XDP_CPUMAP = 35
+    XDP = 37
+    PERF_EVENT = 41
+    TCX_INGRESS = 46
+    TCX_EGRESS = 47
+
+
+class LinkType(IntEnum):
+    """enum bpf_link_type."""
+
+    UNSPEC = 0
+    RAW_TRACEPOINT = 1
+    TRACING = 2
+    CGROUP = 3
+    ITER = 4
+    NETNS = 5
+    XDP = 6
+    PERF_EVENT = 7
+    KPROBE_MULTI = 8
+    STRUCT_OPS = 9
+    NETFILTER = 10
+    TCX = 11
+    UPROBE_MULTI = 12
+    NETKIT = 13
+    SOCKMAP = 14
+
+
+class MapFlags(IntFlag):
+    """BPF_MAP_CREATE map_flags."""
+
+    NO_PREALLOC = 1 << 0
+    NO_COMMON_LRU = 1 << 1
+    NUMA_NODE = 1 << 2
+    RDONLY = 1 << 3
+    WRONLY = 1 << 4
+    STACK_BUILD_ID = 1 << 5
+    ZERO_SEED = 1 << 6
+    RDONLY_PROG = 1 << 7
+    WRONLY_PROG = 1 << 8
+    CLONE = 1 << 9
+    MMAPABLE = 1 << 10
+    PRESERVE_ELEMS = 1 << 11
+    INNER_MAP = 1 << 12
+    LINK = 1 << 13
+    PATH_FD = 1 << 14
+    VTYPE_BTF_OBJ_FD = 1 << 15
+    TOKEN_FD = 1 << 16
+    SEGV_ON_FAULT = 1 << 17
+    NO_USER_CONV = 1 << 18
+
+
+class UpdateFlags(IntEnum):
+    """The flags of BPF_MAP_UPDATE_ELEM."""
+
+    ANY = 0
+    NOEXIST = 1
+    EXIST = 2
+    F_LOCK = 4
+
+
+class ProgFlags(IntFlag):
+    """BPF_PROG_LOAD prog_flags."""
+
+    STRICT_ALIGNMENT = 1 << 0
+    ANY_ALIGNMENT = 1 << 1
+    TEST_RND_HI32 = 1 << 2
+    TEST_STATE_FREQ = 1 << 3
+    SLEEPABLE = 1 << 4
+    XDP_HAS_FRAGS = 1 << 5
+    XDP_DEV_BOUND_ONLY = 1 << 6
+    TEST_REG_INVARIANTS = 1 << 7
+
+
+class LogLevel(IntFlag):
+    """Verifier log_level bits."""
+
+    NONE = 0
+    BRANCHES = 1  # the path that failed, plus the final stats line
+    INSNS = 2  # every instruction with register state
+    STATS = 4  # verification time, stack depth, processed insns
+    FIXED = 8  # keep the head of an overlong log instead of rotating to keep its tail
+
+
+class XDPFlags(IntFlag):
+    """XDP_FLAGS_* of include/uapi/linux/if_link.h (LINK_CREATE flags for BPF_XDP)."""
+
+    UPDATE_IF_NOEXIST = 1 << 0
+    SKB_MODE = 1 << 1
+    DRV_MODE = 1 << 2
+    HW_MODE = 1 << 3
+    REPLACE = 1 << 4
+
+
+class XDPAction(IntEnum):
+    ABORTED = 0
+    DROP = 1
+    PASS = 2
+    TX = 3
+    REDIRECT = 4
+
+
+class Helper(IntEnum):
+    """A few helper function ids (enum bpf_func_id) used by tests and runtime code."""
+
+    MAP_LOOKUP_ELEM = 1
+    MAP_UPDATE_ELEM = 2
+    MAP_DELETE_ELEM = 3
+    KTIME_GET_NS = 5
+    GET_PRANDOM_U32 = 7
+    GET_SMP_PROCESSOR_ID = 8
+    TAIL_CALL = 12
+    RINGBUF_OUTPUT = 130
+    RINGBUF_RESERVE = 131
+    RINGBUF_SUBMIT = 132
+    RINGBUF_DISCARD = 133
+
+
+STATS_RUN_TIME = 0  # enum bpf_stats_type
+TEST_RUN_ON_CPU = 1 << 0  # BPF_F_TEST_RUN_ON_CPU
+TEST_XDP_LIVE_FRAMES = 1 << 1
+
+RINGBUF_BUSY_BIT = 1 << 31
+RINGBUF_DISCARD_BIT = 1 << 30
+RINGBUF_HDR_SZ = 8
