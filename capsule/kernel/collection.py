@@ -143,9 +143,10 @@ def _patched(ms: MapSpec, data: bytes) -> bytes:
 def _create_map(ms: MapSpec, btf_fd: FD | None) -> Map:
     if ms.type == MapType.ARENA:
         # an arena is memory, not elements; the kernel wants its user address fixed (mmap) before a program
-        # that uses it loads
+        # that uses it loads. With no address given, a 4 GiB-aligned one makes arena offsets and 32-bit arena
+        # pointers the same numbers.
         return Arena.create_arena(
-            ms.max_entries, name=ms.name, address=ms.map_extra, flags=ms.flags & ~MapFlags.MMAPABLE
+            ms.max_entries, name=ms.name, address=ms.map_extra, flags=ms.flags & ~MapFlags.MMAPABLE, align_4g=True
         )
     try:
         return Map.from_spec(ms, btf_fd=btf_fd)

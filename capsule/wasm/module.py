@@ -226,6 +226,7 @@ class Names:
     module: str | None = None
     funcs: dict[int, str] = field(default_factory=dict)
     locals: dict[int, dict[int, str]] = field(default_factory=dict)
+    globals: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -414,6 +414,10 @@ def _names(m: Module) -> Names:
                         for _ in range(sub_r.count()):
                             idx = sub_r.u32()
                             local_names[idx] = sub_r.name()
+                elif sub == 7:  # global names (extended name section; wasm-ld writes them)
+                    for _ in range(sub_r.count()):
+                        idx = sub_r.u32()
+                        names.globals[idx] = sub_r.name()
         except WasmError:
             return Names()
     return names

@@ -1,0 +1,133 @@
+"""The contract between compiled code and the host: where things live in the window, and what numbers mean.
+
+The window is one 4 GiB BPF arena. A guest address is a window offset, identical for the kernel (after
+``addr_space_cast``) and for the host (the arena is mapped at a 4 GiB-aligned user address). The wasm linear
+memory starts at 0; the runtime area sits at the top, out of the way of ``memory.grow``::
+
+    0                      RT_BASE                                                       4 GiB
+    | linear memory ...    | control | globals | func info | tables | fibers | stacks ... |
+
+A *state* is what the dispatcher carries between regions: ``frame pointer << 32 | region id``. A region id's
+low 8 bits name the physical BPF function that holds the region, the rest the region inside it; ids from
+``SPECIAL_BASE`` up are not regions but outcomes (return to host, traps).
+
+A software-stack frame of a wasm function, at guest address ``fp`` (stacks grow upwards)::
+
+    fp + 0    caller's frame pointer (u64)
+    fp + 8    region to continue at when this function returns (u64)
+    fp + 16   local 0 (parameters first), 8 bytes each; results are written over them on return
+    ...       operand-stack slots (8 bytes each), where values live across region boundaries
+
+The caller builds the callee's frame right after its own (``fp + frame_size(caller)``).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+GIB4 = 1 << 32
+PAGE = 4096
+WASM_PAGE = 65536
+
+RT_BASE = 0xF000_0000  # linear memory may grow to 3.75 GiB
+MAX_MEMORY_PAGES = RT_BASE // WASM_PAGE
+
+# control block (module-wide)
+CTRL = RT_BASE
+CTRL_MEM_PAGES = 0  # current memory size, wasm pages
+CTRL_MEM_BYTES = 8  # current memory size, bytes
+CTRL_MEM_MAX_PAGES = 16
+CTRL_COMMITTED = 24  # bytes of linear memory backed by arena pages
+CTRL_USER_BASE = 32  # the arena's user-space address (for bpf_arena_alloc_pages)
+CTRL_TABLE0_SIZE = 40
+
+GLOBALS = RT_BASE + 0x1000  # 8 bytes per wasm global
+MAX_GLOBALS = (0x10_0000 - 0x1000) // 8
+FUNC_INFO = RT_BASE + 0x10_0000  # 8 bytes per function: entry region id | type id << 32
+MAX_FUNCS = 0x10_0000 // 8
+TABLES = RT_BASE + 0x20_0000  # table t at TABLES + t * TABLE_STRIDE: 8 bytes per element (function index + 1)
+TABLE_STRIDE = 0x40_0000
+MAX_TABLES = 8
+MAX_TABLE_ELEMS = TABLE_STRIDE // 8
+FIBERS = RT_BASE + 0x220_0000
+FIBER_SIZE = 256
+MAX_FIBERS = 64
+STACKS = RT_BASE + 0x400_0000  # fiber f's software stack at STACKS + f * stack_size
+
+# fiber state record
+FIBER_STATE = 0  # u64: frame pointer << 32 | next region
+FIBER_GENERATION = 8  # u64: bumped by reset, part of the continuation token
+FIBER_STATUS = 16  # u64: Status of the last invocation
+FIBER_TRAP_REGION = 24  # u64: region that trapped
+FIBER_TRAP_FP = 32  # u64: frame pointer at the trap
+FIBER_TRANSITIONS = 40  # u64: regions run, all invocations
+FIBER_STACK_POINTER = 48  # u64: the fiber's own copy of the C shadow-stack pointer global
+FIBER_INVOCATIONS = 56
+
+# frame header
+FRAME_CALLER = 0
+FRAME_RETURN = 8
+FRAME_LOCALS = 16
+SLOT = 8
+
+# region ids
+PHYS_BITS = 8
+MAX_PHYS = (1 << PHYS_BITS) - 1  # 255 physical functions; index 255 is never used for regions
+SPECIAL_BASE = 0xFFFF_FF00
+RETURN_TO_HOST = 0xFFFF_FFFF
+
+
+class Trap(IntEnum):
+    """Trap codes: a region that traps returns ``SPECIAL_BASE + code`` as its next region."""
+
+    UNREACHABLE = 1
+    INT_DIV_ZERO = 2
+    INT_OVERFLOW = 3
+    BAD_CONVERSION = 4
+    OUT_OF_BOUNDS = 5
+    INDIRECT_NULL = 6
+    INDIRECT_TYPE = 7
+    TABLE_OUT_OF_BOUNDS = 8
+    STACK_OVERFLOW = 9
+    UNDEFINED_ELEMENT = 10
+
+    @property
+    def message(self) -> str:
+        return _TRAP_TEXT[self]
+
+
+_TRAP_TEXT = {
+    Trap.UNREACHABLE: "unreachable",
+    Trap.INT_DIV_ZERO: "integer divide by zero",
+    Trap.INT_OVERFLOW: "integer overflow",
+    Trap.BAD_CONVERSION: "invalid conversion to integer",
+    Trap.OUT_OF_BOUNDS: "out of bounds memory access",
+    Trap.INDIRECT_NULL: "uninitialized element",
+    Trap.INDIRECT_TYPE: "indirect call type mismatch",
+    Trap.TABLE_OUT_OF_BOUNDS: "out of bounds table access",
+    Trap.STACK_OVERFLOW: "call stack exhausted",
+    Trap.UNDEFINED_ELEMENT: "undefined element",
+}
+
+
+class Status(IntEnum):
+    """What one invocation of the entry program reports (its return value and ``ctx.status``)."""
+
+    DONE = 0  # the called function returned; results are in the first frame
+    PENDING = 1  # budget used up: continue with the same token
+    TRAP = 2  # see FIBER_TRAP_* and the trap code in ctx.detail
+    BAD_TOKEN = 3  # fiber index out of range or generation mismatch: nothing ran
+
+
+# the entry program's context (BPF_PROG_TEST_RUN ctx_in/ctx_out)
+CTX_FIBER = 0  # u32
+CTX_GENERATION = 4  # u32
+CTX_BUDGET = 8  # u64: region transitions allowed in this invocation
+CTX_STATUS = 16  # u64 (out)
+CTX_DETAIL = 24  # u64 (out): trap code
+CTX_TRANSITIONS = 32  # u64 (out): regions run in this invocation
+CTX_SIZE = 40
+
+
+def state(fp: int, region: int) -> int:
+    return (fp << 32) | region

@@ -1,0 +1,124 @@
+"""The code the verifier sees around the regions: physical-function prologues and the dispatcher loop.
+
+A *physical function* is a global BPF subprogram ``u64 phys_N(u64 state, u64 fiber)`` holding the regions of
+several wasm functions. Its prologue unpacks the state into the frame pointer and the region, sets up the
+BPF-stack scratch slots regions rely on (``values.BPF_*``), and jumps to the region through a balanced compare
+tree. Being global, each is verified once, whatever calls it.
+
+The entry program ``capsule_run(ctx)`` checks the continuation token, then loops: pick the physical function
+from the state's low byte (another compare tree), call it, take the next state, until the called function
+returns to the host, a trap, or the budget (``ctx.budget`` transitions, or ``may_goto``) runs out.
+"""
+
+from __future__ import annotations
+
+from capsule.bpf.asm import (
+    R0,
+    R1,
+    R2,
+    R3,
+    R6,
+    R7,
+    R8,
+    R9,
+    addr_space_cast,
+    alu,
+    call,
+    exit_,
+    ja,
+    jmp,
+    ld_map_fd,
+    ldx,
+    may_goto,
+    mov,
+    stx,
+)
+from capsule.bpf.opcodes import Alu, Jmp
+
+from . import abi
+from .code import Code
+from .memory import ARENA_MAP
+from .values import BPF_FIBER, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME, FRAME, T0
+from .values import FP as R10
+
+
+def phys_name(p: int) -> str:
+    return f"capsule_phys_{p}"
+
+
+def phys_prologue(code: Code, p: int, region_labels: list[str]) -> None:
+    """Entry of physical function ``p``: r1 = state, r2 = fiber address. Region ``q`` is ``region_labels[q]``."""
+    code.label(phys_name(p))
+    code.emit(
+        mov(R3, R1), alu(Alu.RSH, R3, 32), stx(8, R10, BPF_FP_SCALAR, R3), addr_space_cast(FRAME, R3, 0, 1),
+        addr_space_cast(R2, R2, 0, 1), stx(8, R10, BPF_FIBER, R2),
+        mov(R3, abi.RT_BASE, w32=True), addr_space_cast(R3, R3, 0, 1), stx(8, R10, BPF_RUNTIME, R3),
+        ldx(8, R3, R3, abi.CTRL_MEM_BYTES), stx(8, R10, BPF_MEM_BYTES, R3),
+        mov(T0, R1, w32=True), alu(Alu.RSH, T0, abi.PHYS_BITS),
+    )
+    _tree(code, T0, region_labels, 0, len(region_labels), f"p{p}")
+
+
+def _tree(code: Code, reg, labels: list[str], lo: int, hi: int, stem: str) -> None:  # type: ignore[no-untyped-def]
+    """Balanced compare tree on ``reg`` in [lo, hi) jumping to ``labels[k]``; out-of-range values go to the last."""
+    if hi - lo <= 2:
+        if hi - lo == 2:
+            code.emit(jmp(Jmp.JEQ, reg, lo, labels[lo], w32=True))
+        code.emit(ja(labels[hi - 1]))
+        return
+    mid = (lo + hi) // 2
+    upper = code.fresh(f"{stem}.t")
+    code.emit(jmp(Jmp.JGE, reg, mid, upper, w32=True))
+    _tree(code, reg, labels, lo, mid, stem)
+    code.label(upper)
+    _tree(code, reg, labels, mid, hi, stem)
+
+
+def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
+    """``int capsule_run(struct ctx *)``: run the fiber named by ctx until done, trap, or budget."""
+    code = Code()
+    bad, loop, out, special, pending = "run.bad", "run.loop", "run.out", "run.special", "run.pending"
+    code.label("capsule_run")
+    code.emit(
+        mov(R6, R1),
+        ld_map_fd(R1, ARENA_MAP),  # using the arena map makes the program the arena's (addr_space_cast needs it)
+        ldx(4, R1, R6, abi.CTX_FIBER), jmp(Jmp.JGE, R1, nfibers, bad),
+        alu(Alu.MUL, R1, abi.FIBER_SIZE), alu(Alu.ADD, R1, abi.FIBERS - abi.RT_BASE),
+        mov(R2, abi.RT_BASE, w32=True), alu(Alu.ADD, R1, R2, w32=True),
+        stx(8, R10, -8, R1),  # the fiber's address, passed to every physical function
+        addr_space_cast(R7, R1, 0, 1),
+        ldx(4, R2, R6, abi.CTX_GENERATION), ldx(4, R3, R7, abi.FIBER_GENERATION), jmp(Jmp.JNE, R2, R3, bad),
+        ldx(8, R8, R6, abi.CTX_BUDGET), stx(8, R10, -16, R8),
+        ldx(8, R9, R7, abi.FIBER_STATE),
+    )
+    code.label(loop)
+    code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, special, w32=True))
+    if may_goto_profile:
+        code.emit(may_goto(pending))
+    code.emit(jmp(Jmp.JEQ, R8, 0, pending), alu(Alu.SUB, R8, 1))
+    code.emit(alu(Alu.AND, R1, (1 << abi.PHYS_BITS) - 1))
+    leaves = [f"run.call{p}" for p in range(nphys)]
+    _tree(code, R1, leaves, 0, nphys, "run")
+    for p in range(nphys):
+        code.label(leaves[p])
+        code.emit(mov(R1, R9), ldx(8, R2, R10, -8), call(phys_name(p)), mov(R9, R0), ja(loop))
+    # outcomes: status in R0, detail in R2
+    code.label(special)
+    code.emit(mov(R2, R9, w32=True), jmp(Jmp.JEQ, R2, abi.RETURN_TO_HOST, "run.done", w32=True))
+    code.emit(alu(Alu.SUB, R2, abi.SPECIAL_BASE, w32=True), mov(R0, abi.Status.TRAP),
+              mov(R1, R9), alu(Alu.RSH, R1, 32), stx(8, R7, abi.FIBER_TRAP_FP, R1), ja(out))
+    code.label("run.done")
+    code.emit(mov(R0, abi.Status.DONE), mov(R2, 0), ja(out))
+    code.label(pending)
+    code.emit(mov(R0, abi.Status.PENDING), mov(R2, 0))
+    code.label(out)
+    code.emit(
+        stx(8, R7, abi.FIBER_STATE, R9), stx(8, R7, abi.FIBER_STATUS, R0),
+        stx(8, R6, abi.CTX_STATUS, R0), stx(8, R6, abi.CTX_DETAIL, R2),
+        ldx(8, R3, R10, -16), alu(Alu.SUB, R3, R8), stx(8, R6, abi.CTX_TRANSITIONS, R3),
+        ldx(8, R2, R7, abi.FIBER_TRANSITIONS), alu(Alu.ADD, R2, R3), stx(8, R7, abi.FIBER_TRANSITIONS, R2),
+        exit_(),
+    )
+    code.label(bad)
+    code.emit(mov(R0, abi.Status.BAD_TOKEN), stx(8, R6, abi.CTX_STATUS, R0), exit_())
+    return code

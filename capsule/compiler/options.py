@@ -1,0 +1,31 @@
+"""Build options: the choices a user makes when compiling a module (``capsule build --checked`` etc.)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import abi
+
+
+@dataclass(frozen=True)
+class Options:
+    #: bounds-check every memory access and trap as the wasm spec says (else: the arena's behaviour)
+    checked: bool = True
+    #: loops stay inside their region behind may_goto; without it every back-edge returns to the dispatcher
+    may_goto: bool = True
+    #: fibers and the size of each one's software stack (a power of two, at most 64 MiB)
+    fibers: int = 4
+    stack_size: int = 16 << 20
+    #: target size of a physical BPF function, in instructions
+    phys_target: int = 6000
+
+    def __post_init__(self) -> None:
+        if self.stack_size & (self.stack_size - 1) or not (1 << 16) <= self.stack_size <= 64 << 20:
+            raise ValueError("stack_size must be a power of two between 64 KiB and 64 MiB")
+        room = abi.GIB4 - abi.STACKS
+        if not 1 <= self.fibers <= abi.MAX_FIBERS or self.fibers * self.stack_size > room:
+            raise ValueError(f"{self.fibers} fibers of {self.stack_size >> 20} MiB do not fit the window "
+                             f"({room >> 20} MiB for stacks)")
+
+    def replace(self, **kw: object) -> Options:
+        return replace(self, **kw)  # type: ignore[arg-type]

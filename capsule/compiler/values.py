@@ -1,0 +1,85 @@
+"""Where wasm values live while a function's code runs: the operand stack mapped onto BPF registers and frame
+slots, and the fixed registers every region relies on.
+
+Stack slot ``i`` (0 = bottom of the function's operand stack) has a *home*: one of ``STACK_REGS`` for the
+lowest slots, a frame slot in the arena above that. Every slot also has a *spill* location in the frame, where
+its value waits while the fiber is between regions (the registers do not survive the dispatcher). Because the
+home of a slot depends only on its height, values meet at block boundaries without moves; constants are kept
+lazily (``Const``) and materialised before any control-flow join.
+
+An i32 is always held zero-extended in a 64-bit register and stored as 8 bytes; an f32 likewise as its bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capsule.bpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, Reg
+from capsule.wasm import ValType
+
+from . import abi
+
+T0: Reg = R0  # scratch
+T1: Reg = R8  # scratch
+FRAME: Reg = R9  # the current function's frame (PTR_TO_ARENA)
+STACK_REGS: tuple[Reg, ...] = (R6, R7, R1, R2, R3, R4, R5)
+CALLER_SAVED = frozenset({R1, R2, R3, R4, R5})
+
+# the BPF stack of a physical function (scratch, never holds guest values)
+BPF_FP_SCALAR = -8  # the frame pointer as a guest address (u64 scalar)
+BPF_RUNTIME = -16  # PTR_TO_ARENA at abi.RT_BASE
+BPF_FIBER = -24  # PTR_TO_ARENA at the running fiber's state record
+BPF_MEM_BYTES = -32  # current memory size in bytes (checked mode)
+BPF_STACK_BYTES = 32
+
+__all__ = ["FP"]
+
+
+def is64(t: ValType) -> bool:
+    return t in (ValType.I64, ValType.F64)
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant not yet placed anywhere: ``bits`` is the raw value (u32 or u64 two's complement)."""
+
+    type: ValType
+    bits: int
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A value in its stack slot's home."""
+
+    type: ValType
+
+
+Entry = Const | Slot
+
+
+class FrameLayout:
+    """Offsets in a function's software-stack frame (see ``abi``)."""
+
+    def __init__(self, nlocals: int, max_stack: int) -> None:
+        self.nlocals = nlocals
+        self.max_stack = max_stack
+        self.size = abi.FRAME_LOCALS + abi.SLOT * (nlocals + max_stack)
+
+    def local(self, i: int) -> int:
+        return abi.FRAME_LOCALS + abi.SLOT * i
+
+    def spill(self, slot: int) -> int:
+        return abi.FRAME_LOCALS + abi.SLOT * (self.nlocals + slot)
+
+
+def home_reg(slot: int) -> Reg | None:
+    return STACK_REGS[slot] if slot < len(STACK_REGS) else None
+
+
+def fits_imm32(v: int) -> bool:
+    return -(1 << 31) <= v < (1 << 31)
+
+
+def signed(bits: int, width: int) -> int:
+    bits &= (1 << width) - 1
+    return bits - (1 << width) if bits >> (width - 1) else bits

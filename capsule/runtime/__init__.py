@@ -1,0 +1,6 @@
+"""capsule.runtime: the host side of compiled modules (instantiate, call, continue, traps)."""
+
+from .errors import CallError, GuestTrap, Pending
+from .instance import Instance, RunStats
+
+__all__ = ["CallError", "GuestTrap", "Instance", "Pending", "RunStats"]

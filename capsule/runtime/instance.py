@@ -1,0 +1,330 @@
+"""The host side of a compiled module: load it, lay out the window, and call its functions.
+
+An ``Instance`` owns the loaded program and its arena (the 4 GiB window, mapped into this process at a 4 GiB
+aligned address so guest addresses are plain offsets here too). It places data segments, globals, tables and
+fiber records before the first call, then drives calls: write the arguments into a fiber's first frame, run
+``capsule_run`` with BPF_PROG_TEST_RUN, and read the results back, continuing while the kernel says PENDING.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from capsule.bpf.elf import read_object
+from capsule.bpf.spec import ObjectSpec
+from capsule.compiler import abi
+from capsule.compiler.memory import ARENA_MAP
+from capsule.compiler.program import DATA_SECTION, META_SECTION, META_VERSION
+from capsule.kernel.arena import Arena
+from capsule.kernel.collection import Collection
+from capsule.kernel.consts import LogLevel
+from capsule.wasm import ExternKind, Op
+
+from .errors import CallError, GuestTrap, Pending
+
+C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
+
+
+@dataclass
+class RunStats:
+    invocations: int = 0
+    transitions: int = 0
+    run_time_ns: int = 0
+    wall_ns: int = 0
+
+
+class Instance:
+    """A compiled module loaded into the kernel, ready to call. Close it (or use ``with``) to release it."""
+
+    def __init__(self, program: ObjectSpec | str | Path, *, imports: dict[tuple[str, str], int] | None = None,
+                 log_level: int = 0) -> None:
+        spec = program if isinstance(program, ObjectSpec) else read_object(Path(program))
+        if META_SECTION not in spec.extra_sections:
+            raise CallError("not a capsule-compiled object (no .capsule.meta section); build it with capsule build")
+        self.meta = json.loads(spec.extra_sections[META_SECTION])
+        if self.meta.get("version") != META_VERSION:
+            raise CallError(f"object built for metadata version {self.meta.get('version')}, this capsule reads "
+                            f"{META_VERSION}: rebuild it")
+        self.data = spec.extra_sections.get(DATA_SECTION, b"")
+        opts = self.meta["options"]
+        self.fibers: int = opts["fibers"]
+        self.stack_size: int = opts["stack_size"]
+        self.imports = imports or {}
+        self.stats = RunStats()
+        t0 = time.perf_counter()
+        self.coll = Collection.load(spec, log_level=log_level)
+        self.load_seconds = time.perf_counter() - t0
+        self.prog = self.coll.programs["capsule_run"]
+        arena = self.coll.maps[ARENA_MAP]
+        assert isinstance(arena, Arena)
+        self.arena = arena
+        self.mem = arena.memory
+        self._committed_stacks: set[int] = set()
+        try:
+            self._instantiate()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifetime -------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.mem = None  # type: ignore[assignment]
+        self.coll.close()
+
+    def __enter__(self) -> Instance:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- raw window access ----------------------------------------------------------------------------------
+    def u64(self, addr: int) -> int:
+        return struct.unpack_from("<Q", self.mem, addr)[0]
+
+    def set_u64(self, addr: int, v: int) -> None:
+        struct.pack_into("<Q", self.mem, addr, v & 0xFFFF_FFFF_FFFF_FFFF)
+
+    def commit(self, start: int, end: int) -> None:
+        """Back [start, end) with arena pages (a BPF access to a missing page reads 0 and loses stores)."""
+        page = abi.PAGE
+        for a in range(start - start % page, end, page):
+            self.mem[a] = self.mem[a]  # the first touch from user space allocates the page
+
+    @property
+    def memory_size(self) -> int:
+        return self.u64(abi.CTRL + abi.CTRL_MEM_BYTES)
+
+    def memory(self) -> memoryview:
+        """The guest's linear memory, as large as it is now."""
+        return self.mem[: self.memory_size]
+
+    # -- instantiation --------------------------------------------------------------------------------------
+    def _instantiate(self) -> None:
+        meta = self.meta
+        self.commit(abi.RT_BASE, abi.RT_BASE + abi.PAGE)
+        mem = meta["memory"]
+        pages = mem["initial"] if mem else 0
+        max_pages = mem["max"] if mem else 0
+        extra = 0
+        if meta["stack_pointer_global"] is not None and self.fibers > 1:
+            extra = C_STACK_PAGES * (self.fibers - 1)  # C stacks of the other fibers, above the initial memory
+        total = min(pages + extra, abi.MAX_MEMORY_PAGES)
+        self.commit(0, total * abi.WASM_PAGE)
+        ctrl = abi.CTRL
+        self.set_u64(ctrl + abi.CTRL_MEM_PAGES, total)
+        self.set_u64(ctrl + abi.CTRL_MEM_BYTES, total * abi.WASM_PAGE)
+        self.set_u64(ctrl + abi.CTRL_MEM_MAX_PAGES, max(max_pages, total))
+        self.set_u64(ctrl + abi.CTRL_COMMITTED, total * abi.WASM_PAGE)
+        self.set_u64(ctrl + abi.CTRL_USER_BASE, self.arena.user_vm_start)
+        # globals
+        gvals = []
+        for item in meta["globals"]:
+            if "import" in item:
+                key = tuple(item["import"])
+                if key not in self.imports:
+                    raise CallError(f"the module imports global {key[0]}.{key[1]}: give its value in imports")
+                v = self.imports[key]  # type: ignore[index]
+            else:
+                v = self._eval(item["init"], gvals)
+            gvals.append(v)
+        self.commit(abi.GLOBALS, abi.GLOBALS + 8 * max(1, len(gvals)))
+        for g, v in enumerate(gvals):
+            self.set_u64(abi.GLOBALS + 8 * g, v)
+        # function table info: entry region | type << 32
+        funcs = meta["funcs"]
+        self.commit(abi.FUNC_INFO, abi.FUNC_INFO + 8 * max(1, len(funcs)))
+        for i, f in enumerate(funcs):
+            entry = f["entry"] if f["entry"] is not None else abi.SPECIAL_BASE + abi.Trap.UNREACHABLE
+            self.set_u64(abi.FUNC_INFO + 8 * i, entry | f["type"] << 32)
+        for t, table in enumerate(meta["tables"]):
+            base = abi.TABLES + t * abi.TABLE_STRIDE
+            self.commit(base, base + 8 * max(1, table["initial"]))
+            self.set_u64(ctrl + abi.CTRL_TABLE0_SIZE + 8 * t, table["initial"])
+        for el in meta["elems"]:
+            if el.get("passive"):
+                continue
+            off = self._eval(el["offset"], gvals)
+            size = self.u64(ctrl + abi.CTRL_TABLE0_SIZE + 8 * el["table"])
+            if off + len(el["items"]) > size:
+                raise GuestTrap("out of bounds table access", [])
+            for k, item in enumerate(el["items"]):
+                v = item if isinstance(item, int) else self._eval(item, gvals)
+                self.set_u64(abi.TABLES + el["table"] * abi.TABLE_STRIDE + 8 * (off + k), v)
+        for seg in meta["data"]:
+            if seg.get("passive"):
+                continue
+            off = self._eval(seg["offset"], gvals) & 0xFFFF_FFFF
+            if off + seg["size"] > pages * abi.WASM_PAGE:
+                raise GuestTrap("out of bounds memory access", [])
+            self.mem[off : off + seg["size"]] = self.data[seg["at"] : seg["at"] + seg["size"]]
+        # fibers
+        self.commit(abi.FIBERS, abi.FIBERS + abi.FIBER_SIZE * self.fibers)
+        sp = meta["stack_pointer_global"]
+        for f in range(self.fibers):
+            rec = abi.FIBERS + f * abi.FIBER_SIZE
+            self.set_u64(rec + abi.FIBER_GENERATION, 1)
+            self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
+            if sp is not None:
+                top = gvals[sp] if f == 0 else (pages + C_STACK_PAGES * f) * abi.WASM_PAGE
+                self.set_u64(rec + abi.FIBER_STACK_POINTER, top)
+        if meta["start"] is not None:
+            self.call_index(meta["start"], [])
+
+    def _eval(self, expr: list, gvals: list[int]) -> int:
+        """Evaluate a constant expression (i32/i64 const, global.get, and the extended-const arithmetic)."""
+        stack: list[int] = []
+        for op, imm in expr:
+            if op in (Op.I32_CONST, Op.I64_CONST, Op.F32_CONST, Op.F64_CONST):
+                stack.append(imm)
+            elif op == Op.GLOBAL_GET:
+                stack.append(gvals[imm])
+            elif op == Op.REF_NULL:
+                stack.append(0)
+            elif op == Op.REF_FUNC:
+                stack.append(imm + 1)
+            elif op in (Op.I32_ADD, Op.I64_ADD, Op.I32_SUB, Op.I64_SUB, Op.I32_MUL, Op.I64_MUL):
+                b, a = stack.pop(), stack.pop()
+                r = a + b if op in (Op.I32_ADD, Op.I64_ADD) else a - b if op in (Op.I32_SUB, Op.I64_SUB) else a * b
+                stack.append(r & (0xFFFF_FFFF if op in (Op.I32_ADD, Op.I32_SUB, Op.I32_MUL) else (1 << 64) - 1))
+            else:
+                raise CallError(f"unsupported constant expression opcode {op:#x}")
+        v = stack[-1] if stack else 0
+        return v & 0xFFFF_FFFF_FFFF_FFFF
+
+    # -- calls ----------------------------------------------------------------------------------------------
+    def export_index(self, name: str) -> int:
+        for e in self.meta["exports"]:
+            if e["name"] == name and e["kind"] == ExternKind.FUNC:
+                return e["index"]
+        names = ", ".join(e["name"] for e in self.meta["exports"] if e["kind"] == ExternKind.FUNC)
+        raise CallError(f"no exported function {name!r} (exports: {names or 'none'})")
+
+    def func_types(self, index: int) -> tuple[list[str], list[str]]:
+        params, results = self.meta["types"][self.meta["funcs"][index]["type"]]
+        return params, results
+
+    def call(self, name: str, *args: int, fiber: int = 0, budget: int = 1 << 62) -> list[int]:
+        """Call an exported function to completion (continuing across PENDING); results as Python ints
+        (i32/i64 signed; f32/f64 as their raw bits)."""
+        return self.call_index(self.export_index(name), list(args), fiber=fiber, budget=budget)
+
+    def call_index(self, index: int, args: list[int], *, fiber: int = 0, budget: int = 1 << 62) -> list[int]:
+        res = self.start(index, args, fiber=fiber, budget=budget)
+        while isinstance(res, Pending):
+            res = self.resume(res.token, budget=budget)
+        return res
+
+    def _fiber_rec(self, fiber: int) -> int:
+        if not 0 <= fiber < self.fibers:
+            raise CallError(f"no fiber {fiber} (this build has {self.fibers})")
+        return abi.FIBERS + fiber * abi.FIBER_SIZE
+
+    def _stack_base(self, fiber: int) -> int:
+        base = abi.STACKS + fiber * self.stack_size
+        if fiber not in self._committed_stacks:
+            self.commit(base, base + self.stack_size)
+            self._committed_stacks.add(fiber)
+        return base
+
+    def start(self, index: int, args: list[int], *, fiber: int = 0, budget: int = 1 << 62) -> list[int] | Pending:
+        """Begin a call on ``fiber``; returns the results, or ``Pending`` with a continuation token."""
+        f = self.meta["funcs"][index]
+        if f["entry"] is None:
+            imp = self.meta["imports"][index] if index < len(self.meta["imports"]) else ["?", "?"]
+            raise CallError(f"function {index} is the import {imp[0]}.{imp[1]}, which has no body to call")
+        params, _ = self.func_types(index)
+        if len(args) != len(params):
+            raise CallError(f"{f['name']} takes {len(params)} argument(s), got {len(args)}")
+        rec = self._fiber_rec(fiber)
+        state = self.u64(rec + abi.FIBER_STATE)
+        if state & 0xFFFF_FFFF < abi.SPECIAL_BASE:
+            raise CallError(f"fiber {fiber} has a call in progress; continue it or reset the fiber first")
+        fp = self._stack_base(fiber)
+        self.set_u64(fp + abi.FRAME_CALLER, 0)
+        self.set_u64(fp + abi.FRAME_RETURN, abi.RETURN_TO_HOST)
+        for j, (t, v) in enumerate(zip(params, args, strict=True)):
+            self.set_u64(fp + abi.FRAME_LOCALS + 8 * j, v & (0xFFFF_FFFF if t in ("i32", "f32") else (1 << 64) - 1))
+        self.set_u64(rec + abi.FIBER_STATE, abi.state(fp, f["entry"]))
+        self._calls = getattr(self, "_calls", {})
+        self._calls[fiber] = index
+        gen = self.u64(rec + abi.FIBER_GENERATION)
+        return self._run(fiber, gen, budget)
+
+    def resume(self, token: int, *, budget: int = 1 << 62) -> list[int] | Pending:
+        """Continue a pending call. A token from before a ``reset`` (or made up) is refused."""
+        fiber, gen = token >> 32, token & 0xFFFF_FFFF
+        rec = self._fiber_rec(fiber) if 0 <= fiber < self.fibers else None
+        if rec is None or self.u64(rec + abi.FIBER_GENERATION) != gen or \
+                self.u64(rec + abi.FIBER_STATE) & 0xFFFF_FFFF >= abi.SPECIAL_BASE:
+            raise CallError(f"stale or invalid continuation token {token:#x}")
+        return self._run(fiber, gen, budget)
+
+    def reset(self, fiber: int) -> None:
+        """Abandon whatever the fiber was doing; its old continuation tokens stop working."""
+        rec = self._fiber_rec(fiber)
+        self.set_u64(rec + abi.FIBER_GENERATION, (self.u64(rec + abi.FIBER_GENERATION) + 1) & 0xFFFF_FFFF or 1)
+        self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
+
+    def _run(self, fiber: int, gen: int, budget: int) -> list[int] | Pending:
+        ctx = struct.pack("<IIQQQQ", fiber, gen, budget, 0, 0, 0)
+        t0 = time.perf_counter_ns()
+        res = self.prog.test_run(ctx_in=ctx)
+        self.stats.wall_ns += time.perf_counter_ns() - t0
+        _, _, _, status, detail, transitions = struct.unpack("<IIQQQQ", res.ctx_out[: abi.CTX_SIZE])
+        self.stats.invocations += 1
+        self.stats.transitions += transitions
+        if status == abi.Status.PENDING:
+            return Pending((fiber << 32) | gen)
+        if status == abi.Status.BAD_TOKEN:
+            raise CallError(f"the kernel refused the continuation for fiber {fiber} (stale generation)")
+        index = self._calls[fiber]
+        if status == abi.Status.TRAP:
+            raise GuestTrap(abi.Trap(detail).message, self.backtrace(fiber), code=abi.Trap(detail))
+        _, results = self.func_types(index)
+        fp = abi.STACKS + fiber * self.stack_size
+        out = []
+        for j, t in enumerate(results):
+            v = self.u64(fp + abi.FRAME_LOCALS + 8 * j)
+            if t == "i32":
+                v &= 0xFFFF_FFFF
+                v = v - (1 << 32) if v >> 31 else v
+            elif t == "i64":
+                v = v - (1 << 64) if v >> 63 else v
+            elif t == "f32":
+                v &= 0xFFFF_FFFF
+            out.append(v)
+        return out
+
+    def backtrace(self, fiber: int) -> list[str]:
+        """Function names from the trapping function outwards, read from the fiber's software stack."""
+        rec = self._fiber_rec(fiber)
+        regions = self.meta["regions"]
+        funcs = self.meta["funcs"]
+        names = []
+        trap_region = self.u64(rec + abi.FIBER_TRAP_REGION) & 0xFFFF_FFFF
+        if str(trap_region) in regions:
+            names.append(funcs[regions[str(trap_region)]]["name"])
+        fp = self.u64(rec + abi.FIBER_TRAP_FP) & 0xFFFF_FFFF
+        for _ in range(1 << 20):
+            if not fp:
+                break
+            ret = self.u64(fp + abi.FRAME_RETURN) & 0xFFFF_FFFF
+            if ret == abi.RETURN_TO_HOST or str(ret) not in regions:
+                break
+            names.append(funcs[regions[str(ret)]]["name"])
+            fp = self.u64(fp + abi.FRAME_CALLER) & 0xFFFF_FFFF
+        return names
+
+    def load_stats(self):  # type: ignore[no-untyped-def]
+        return self.prog.stats
+
+
+def load(program: ObjectSpec | str | Path, **kw: object) -> Instance:
+    return Instance(program, **kw)  # type: ignore[arg-type]
+
+
+__all__ = ["Instance", "RunStats", "load", "LogLevel", "replace"]
