@@ -167,10 +167,25 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="build the bundled C program, run it in the kernel, show the figures")
     s.set_defaults(func=cmd_demo)
 
+    from capsule.cli_compile import add_parsers as add_compile_parsers
+
+    add_compile_parsers(sub)
+
     from capsule.bench.loops import add_parser as add_bench_loops
 
     add_bench_loops(sub)
     return p
+
+
+def _capsule_errors() -> tuple[type[Exception], ...]:
+    from capsule.kernel.collection import LoadError
+    from capsule.runtime import CallError, GuestRejected
+    from capsule.toolchain import ToolchainError
+
+    return (LoadError, ToolchainError, CallError, GuestRejected)
+
+
+CAPSULE_ERRORS = _capsule_errors()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except CAPSULE_ERRORS as e:
+        print(f"capsule: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # e.g. `capsule disasm x.o | head`
         sys.stderr.close()
         return 0

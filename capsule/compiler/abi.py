@@ -63,6 +63,13 @@ FIBER_TRAP_FP = 32  # u64: frame pointer at the trap
 FIBER_TRANSITIONS = 40  # u64: regions run, all invocations
 FIBER_STACK_POINTER = 48  # u64: the fiber's own copy of the C shadow-stack pointer global
 FIBER_INVOCATIONS = 56
+FIBER_RUN_COUNT = 64  # u64: regions run in the current invocation (profile without may_goto)
+FIBER_RUN_BUDGET = 72  # u64: the current invocation's budget (profile without may_goto)
+
+# the dispatcher's bounded loops in the profile without may_goto: regions per step, steps per round, rounds
+STEP_REGIONS = 32
+ROUND_STEPS = 2048
+RUN_ROUNDS = 64
 
 # frame header
 FRAME_CALLER = 0

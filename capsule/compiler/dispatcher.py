@@ -31,6 +31,7 @@ from capsule.bpf.asm import (
     ldx,
     may_goto,
     mov,
+    st,
     stx,
 )
 from capsule.bpf.opcodes import Alu, Jmp
@@ -74,6 +75,15 @@ def _tree(code: Code, reg, labels: list[str], lo: int, hi: int, stem: str) -> No
     _tree(code, reg, labels, mid, hi, stem)
 
 
+def _call_tree(code: Code, nphys: int, stem: str, after: str) -> None:
+    """Call the physical function named by R1's value (its low byte): ``R9 = phys_N(R9, fiber at [R10-8])``."""
+    leaves = [f"{stem}.call{p}" for p in range(nphys)]
+    _tree(code, R1, leaves, 0, nphys, stem)
+    for p in range(nphys):
+        code.label(leaves[p])
+        code.emit(mov(R1, R9), ldx(8, R2, R10, -8), call(phys_name(p)), mov(R9, R0), ja(after))
+
+
 def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
     """``int capsule_run(struct ctx *)``: run the fiber named by ctx until done, trap, or budget."""
     code = Code()
@@ -91,17 +101,22 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
         ldx(8, R8, R6, abi.CTX_BUDGET), stx(8, R10, -16, R8),
         ldx(8, R9, R7, abi.FIBER_STATE),
     )
-    code.label(loop)
-    code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, special, w32=True))
     if may_goto_profile:
-        code.emit(may_goto(pending))
-    code.emit(jmp(Jmp.JEQ, R8, 0, pending), alu(Alu.SUB, R8, 1))
-    code.emit(alu(Alu.AND, R1, (1 << abi.PHYS_BITS) - 1))
-    leaves = [f"run.call{p}" for p in range(nphys)]
-    _tree(code, R1, leaves, 0, nphys, "run")
-    for p in range(nphys):
-        code.label(leaves[p])
-        code.emit(mov(R1, R9), ldx(8, R2, R10, -8), call(phys_name(p)), mov(R9, R0), ja(loop))
+        # one loop, cut by the budget or by may_goto, whichever comes first
+        code.label(loop)
+        code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, special, w32=True))
+        code.emit(may_goto(pending), jmp(Jmp.JEQ, R8, 0, pending), alu(Alu.SUB, R8, 1))
+        _call_tree(code, nphys, "run", loop)
+    else:
+        # bounded loops only: RUN_ROUNDS calls of capsule_round, each ROUND_STEPS calls of capsule_step, each
+        # STEP_REGIONS regions; the regions run are counted in the fiber record
+        code.emit(st(8, R7, abi.FIBER_RUN_COUNT, 0), stx(8, R7, abi.FIBER_RUN_BUDGET, R8), mov(R8, 0))
+        code.label(loop)
+        code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, special, w32=True),
+                  jmp(Jmp.JGE, R8, abi.RUN_ROUNDS, pending),
+                  ldx(8, R1, R7, abi.FIBER_RUN_COUNT), ldx(8, R2, R7, abi.FIBER_RUN_BUDGET),
+                  jmp(Jmp.JGE, R1, R2, pending), alu(Alu.ADD, R8, 1),
+                  mov(R1, R9), ldx(8, R2, R10, -8), call("capsule_round"), mov(R9, R0), ja(loop))
     # outcomes: status in R0, detail in R2
     code.label(special)
     code.emit(mov(R2, R9, w32=True), jmp(Jmp.JEQ, R2, abi.RETURN_TO_HOST, "run.done", w32=True))
@@ -112,13 +127,43 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
     code.label(pending)
     code.emit(mov(R0, abi.Status.PENDING), mov(R2, 0))
     code.label(out)
-    code.emit(
-        stx(8, R7, abi.FIBER_STATE, R9), stx(8, R7, abi.FIBER_STATUS, R0),
-        stx(8, R6, abi.CTX_STATUS, R0), stx(8, R6, abi.CTX_DETAIL, R2),
-        ldx(8, R3, R10, -16), alu(Alu.SUB, R3, R8), stx(8, R6, abi.CTX_TRANSITIONS, R3),
-        ldx(8, R2, R7, abi.FIBER_TRANSITIONS), alu(Alu.ADD, R2, R3), stx(8, R7, abi.FIBER_TRANSITIONS, R2),
-        exit_(),
-    )
+    code.emit(stx(8, R7, abi.FIBER_STATE, R9), stx(8, R7, abi.FIBER_STATUS, R0),
+              stx(8, R6, abi.CTX_STATUS, R0), stx(8, R6, abi.CTX_DETAIL, R2))
+    if may_goto_profile:
+        code.emit(ldx(8, R3, R10, -16), alu(Alu.SUB, R3, R8))
+    else:
+        code.emit(ldx(8, R3, R7, abi.FIBER_RUN_COUNT))
+    code.emit(stx(8, R6, abi.CTX_TRANSITIONS, R3),
+              ldx(8, R2, R7, abi.FIBER_TRANSITIONS), alu(Alu.ADD, R2, R3), stx(8, R7, abi.FIBER_TRANSITIONS, R2),
+              exit_())
     code.label(bad)
     code.emit(mov(R0, abi.Status.BAD_TOKEN), stx(8, R6, abi.CTX_STATUS, R0), exit_())
+    if not may_goto_profile:
+        _bounded_levels(code, nphys)
     return code
+
+
+BOUNDED_FUNCS = ("capsule_round", "capsule_step")
+
+
+def _bounded_levels(code: Code, nphys: int) -> None:
+    """``u64 capsule_round(u64 state, u64 fiber)`` and ``u64 capsule_step(u64 state, u64 fiber)``: global
+    functions with constant-bounded loops, so each is verified once and the verifier walks only their own
+    iterations. R8 counts iterations, R9 carries the state, R7 is the fiber record."""
+    for name, limit, body in (("capsule_round", abi.ROUND_STEPS, "round"), ("capsule_step", abi.STEP_REGIONS, "step")):
+        loop, done = f"{body}.loop", f"{body}.done"
+        code.label(name)
+        code.emit(mov(R9, R1), stx(8, R10, -8, R2), addr_space_cast(R7, R2, 0, 1), mov(R8, 0))
+        code.label(loop)
+        code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, done, w32=True),
+                  jmp(Jmp.JGE, R8, limit, done), alu(Alu.ADD, R8, 1))
+        if body == "round":
+            code.emit(ldx(8, R1, R7, abi.FIBER_RUN_COUNT), ldx(8, R2, R7, abi.FIBER_RUN_BUDGET),
+                      jmp(Jmp.JGE, R1, R2, done),
+                      mov(R1, R9), ldx(8, R2, R10, -8), call("capsule_step"), mov(R9, R0), ja(loop))
+        else:
+            code.emit(ldx(8, R1, R7, abi.FIBER_RUN_COUNT), alu(Alu.ADD, R1, 1), stx(8, R7, abi.FIBER_RUN_COUNT, R1),
+                      mov(R1, R9), alu(Alu.AND, R1, (1 << abi.PHYS_BITS) - 1))
+            _call_tree(code, nphys, "step", loop)
+        code.label(done)
+        code.emit(mov(R0, R9), exit_())

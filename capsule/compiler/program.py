@@ -19,7 +19,7 @@ from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, U
 
 from . import abi
 from .code import Code, RegionKey
-from .dispatcher import entry_program, phys_name, phys_prologue
+from .dispatcher import BOUNDED_FUNCS, entry_program, phys_name, phys_prologue
 from .function import CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
 from .memory import ARENA_MAP
 from .options import Options
@@ -59,11 +59,13 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     total = Code()
     total.append(entry_program(len(packing.phys), opt.fibers, opt.may_goto))
     starts = [phys_name(p) for p in range(len(packing.phys))]
+    func_starts: list[tuple[int, int]] = []  # (instruction index, wasm function), for verifier diagnostics
     for p, funcs in enumerate(packing.phys):
         pc = Code()
         labels = [FunctionCompiler.region_label(k) for f in funcs for k in f.regions]
         phys_prologue(pc, p, labels)
         for f in funcs:
+            func_starts.append((len(total) + len(pc), f.index))
             pc.append(f.code)
         total.append(pc)
     insns = total.assemble(packing.region_ids)
@@ -75,12 +77,15 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     phys_proto = btf.add_func_proto(u64, [("state", u64), ("fiber", u64)])
     slots = slot_offsets(insns)
     func_infos = [FuncInfo(0, btf.add_func("capsule_run", main_proto))]
+    if not opt.may_goto:
+        starts = [*BOUNDED_FUNCS, *starts]
     for name in starts:
         func_infos.append(FuncInfo(slots[total.labels[name]], btf.add_func(name, phys_proto)))
 
     meta, data = describe(module, opt, types, lowered, packing, info)
+    meta["code_ranges"] = [[slots[i], f] for i, f in func_starts]
     window = MapSpec(ARENA_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
-    prog = ProgramSpec("capsule_run", "syscall.s", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
+    prog = ProgramSpec("capsule_run", "syscall", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
                        func_infos=func_infos)
     return ObjectSpec(
         programs={"capsule_run": prog},

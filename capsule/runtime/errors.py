@@ -23,6 +23,19 @@ class GuestTrap(Exception):
         super().__init__(f"guest trap: {message}{where}")
 
 
+class GuestRejected(Exception):
+    """The kernel's verifier refused the compiled program; names the guest function whose code it stopped in."""
+
+    def __init__(self, function: str | None, error: Exception) -> None:
+        self.function = function
+        self.error = error
+        reason = getattr(error, "reason", None) or str(error)
+        where = f"guest function {function}" if function else "capsule's dispatcher code"
+        idx = getattr(error, "insn_index", None)
+        at = f" at BPF instruction {idx} ({getattr(error, 'insn_text', '')})" if idx is not None else ""
+        super().__init__(f"the verifier rejected {where}{at}: {reason}")
+
+
 @dataclass(frozen=True)
 class Pending:
     """The call used up its budget; ``Instance.resume(token)`` continues it."""

@@ -22,9 +22,10 @@ from capsule.compiler.program import DATA_SECTION, META_SECTION, META_VERSION
 from capsule.kernel.arena import Arena
 from capsule.kernel.collection import Collection
 from capsule.kernel.consts import LogLevel
+from capsule.kernel.errors import VerifierError
 from capsule.wasm import ExternKind, Op
 
-from .errors import CallError, GuestTrap, Pending
+from .errors import CallError, GuestRejected, GuestTrap, Pending
 
 C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
 
@@ -56,7 +57,10 @@ class Instance:
         self.imports = imports or {}
         self.stats = RunStats()
         t0 = time.perf_counter()
-        self.coll = Collection.load(spec, log_level=log_level)
+        try:
+            self.coll = Collection.load(spec, log_level=log_level)
+        except VerifierError as e:
+            raise GuestRejected(self._guest_at(e.insn_index), e) from e
         self.load_seconds = time.perf_counter() - t0
         self.prog = self.coll.programs["capsule_run"]
         arena = self.coll.maps[ARENA_MAP]
@@ -69,6 +73,17 @@ class Instance:
         except BaseException:
             self.close()
             raise
+
+    def _guest_at(self, slot: int | None) -> str | None:
+        """The guest function whose code holds BPF instruction ``slot`` (None for the dispatcher's own code)."""
+        if slot is None:
+            return None
+        name = None
+        for start, func in self.meta.get("code_ranges", []):
+            if start > slot:
+                break
+            name = self.meta["funcs"][func]["name"]
+        return name
 
     # -- lifetime -------------------------------------------------------------------------------------------
     def close(self) -> None:
