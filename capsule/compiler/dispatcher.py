@@ -34,12 +34,13 @@ from capsule.bpf.asm import (
     st,
     stx,
 )
+from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu, Jmp
 
 from . import abi
 from .code import Code
 from .memory import ARENA_MAP
-from .values import BPF_FIBER, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME, FRAME, T0
+from .values import BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME, FRAME, T0, Reg
 from .values import FP as R10
 
 
@@ -47,17 +48,27 @@ def phys_name(p: int) -> str:
     return f"capsule_phys_{p}"
 
 
+def leaf_name(func: int) -> str:
+    return f"capsule_leaf_{func}"
+
+
 def phys_prologue(code: Code, p: int, region_labels: list[str]) -> None:
     """Entry of physical function ``p``: r1 = state, r2 = fiber address. Region ``q`` is ``region_labels[q]``."""
     code.label(phys_name(p))
-    code.emit(
-        mov(R3, R1), alu(Alu.RSH, R3, 32), stx(8, R10, BPF_FP_SCALAR, R3), addr_space_cast(FRAME, R3, 0, 1),
-        addr_space_cast(R2, R2, 0, 1), stx(8, R10, BPF_FIBER, R2),
-        mov(R3, abi.RT_BASE, w32=True), addr_space_cast(R3, R3, 0, 1), stx(8, R10, BPF_RUNTIME, R3),
-        ldx(8, R3, R3, abi.CTRL_MEM_BYTES), stx(8, R10, BPF_MEM_BYTES, R3),
-        mov(T0, R1, w32=True), alu(Alu.RSH, T0, abi.PHYS_BITS),
-    )
+    code.emit(mov(R3, R1), alu(Alu.RSH, R3, 32), *frame_setup(R3, R2),
+              mov(T0, R1, w32=True), alu(Alu.RSH, T0, abi.PHYS_BITS))
     _tree(code, T0, region_labels, 0, len(region_labels), f"p{p}")
+
+
+def frame_setup(fp: Reg, fiber: Reg) -> list[Insn]:
+    """What every region (and leaf function) relies on: FRAME = the frame, and the BPF-stack scratch slots.
+    ``fp`` and ``fiber`` hold guest addresses; ``fiber`` is clobbered."""
+    return [
+        stx(8, R10, BPF_FP_SCALAR, fp), addr_space_cast(FRAME, fp, 0, 1),
+        stx(8, R10, BPF_FIBER_SCALAR, fiber), addr_space_cast(fiber, fiber, 0, 1), stx(8, R10, BPF_FIBER, fiber),
+        mov(fiber, abi.RT_BASE, w32=True), addr_space_cast(fiber, fiber, 0, 1), stx(8, R10, BPF_RUNTIME, fiber),
+        ldx(8, fiber, fiber, abi.CTRL_MEM_BYTES), stx(8, R10, BPF_MEM_BYTES, fiber),
+    ]
 
 
 def _tree(code: Code, reg, labels: list[str], lo: int, hi: int, stem: str) -> None:  # type: ignore[no-untyped-def]
@@ -105,7 +116,8 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
         # one loop, cut by the budget or by may_goto, whichever comes first
         code.label(loop)
         code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, special, w32=True))
-        code.emit(may_goto(pending), jmp(Jmp.JEQ, R8, 0, pending), alu(Alu.SUB, R8, 1))
+        code.emit(may_goto(pending), jmp(Jmp.JEQ, R8, 0, pending), alu(Alu.SUB, R8, 1),
+                  alu(Alu.AND, R1, (1 << abi.PHYS_BITS) - 1))  # the physical function is the low byte
         _call_tree(code, nphys, "run", loop)
     else:
         # bounded loops only: RUN_ROUNDS calls of capsule_round, each ROUND_STEPS calls of capsule_step, each

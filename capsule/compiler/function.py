@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from capsule.bpf.asm import (
+    R1,
+    R2,
     alu,
     exit_,
     ja,
@@ -33,7 +35,9 @@ from . import abi
 from .code import Code, RegionKey
 from .options import Options
 from .values import (
+    BPF_CALL_REGION,
     BPF_FIBER,
+    BPF_FIBER_SCALAR,
     BPF_FP_SCALAR,
     BPF_RUNTIME,
     CALLER_SAVED,
@@ -88,6 +92,7 @@ class ModuleInfo:
     frame_margin: int  # bytes a caller may write beyond its frame (next callee's header and arguments)
     stack_pointer_global: int | None  # the C shadow-stack pointer: kept per fiber
     imported_funcs: int = 0
+    leaves: frozenset[int] = frozenset()  # functions compiled as plain BPF functions
 
 
 @dataclass
@@ -99,8 +104,11 @@ class LoweredFunction:
 
 
 class FunctionCompiler:
-    def __init__(self, info: ModuleInfo, index: int) -> None:
+    def __init__(self, info: ModuleInfo, index: int, *, leaf: bool = False) -> None:
         self.info = info
+        # a leaf (no calls, no loops: it cannot suspend) is compiled as its own global BPF function, called
+        # directly by its callers; its entry region is a stub that calls it (for the host and call_indirect)
+        self.leaf = leaf
         self.m = info.module
         self.opt = info.options
         self.index = index
@@ -279,7 +287,13 @@ class FunctionCompiler:
     def compile(self) -> LoweredFunction:
         body = self.func.body
         entry = self.new_region()
-        self.code.label(self.region_label(entry))
+        if self.leaf:
+            from .dispatcher import frame_setup, leaf_name
+
+            self.code.label(leaf_name(self.index))
+            self.emit(*frame_setup(R1, R2))  # r1 = frame, r2 = fiber record (guest addresses)
+        else:
+            self.code.label(self.region_label(entry))
         self.prologue()
         end_label = f"f{self.index}.end"
         self.ctls.append(Ctl("func", end_label, 0, (), self.type.results, len(body) - 1))
@@ -498,8 +512,11 @@ class FunctionCompiler:
         for d in [*targets, default]:
             if d not in stubs:
                 stubs[d] = self.code.fresh(f"f{self.index}.bt")
-        self.emit(jmp(Jmp.JGE, T0, len(targets), stubs[default], w32=True))
-        self.bsearch(targets, 0, len(targets), stubs)
+        if targets:
+            self.emit(jmp(Jmp.JGE, T0, len(targets), stubs[default], w32=True))
+            self.bsearch(targets, 0, len(targets), stubs)
+        else:  # only a default target
+            self.emit(ja(stubs[default]))
         saved = list(self.stack)
         for d, lab in stubs.items():
             self.code.label(lab)
@@ -536,6 +553,9 @@ class FunctionCompiler:
             slot = h - m + j
             r = self.read(slot, self.stack[slot], T0)
             self.emit(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r))
+        if self.leaf:  # back to the BPF caller: 0 means returned (anything else is a trap state)
+            self.emit(mov(T0, 0), exit_())
+            return
         self.emit(
             ldx(4, T1, FRAME, abi.FRAME_CALLER),
             alu(Alu.LSH, T1, 32),
@@ -560,7 +580,10 @@ class FunctionCompiler:
         if callee < self.m.num_imported_funcs:
             imp = [x for x in self.m.imports if x.kind == 0][callee]
             raise self.unsupported(f"call to imported function {imp.module}.{imp.name} (no host functions yet)")
-        self.call_sequence(ft, RegionKey(callee, 0), None)
+        if callee in self.info.leaves:
+            self.leaf_call(ft, callee)
+        else:
+            self.call_sequence(ft, RegionKey(callee, 0), None)
         return i + 1
 
     def op_call_indirect(self, i: int, ins: Instr) -> int:
@@ -583,8 +606,8 @@ class FunctionCompiler:
                   mov(T1, T0), alu(Alu.RSH, T1, 32))
         self.emit(jmp(Jmp.JNE, T1, self.info.type_ids[ft], self.trap_label(abi.Trap.INDIRECT_TYPE)))
         # the callee's entry region is in the low half of T0; keep it on the BPF stack across the stores
-        self.emit(stx(8, R10, -40, T0))
-        self.call_sequence(ft, None, -40)
+        self.emit(stx(8, R10, BPF_CALL_REGION, T0))
+        self.call_sequence(ft, None, BPF_CALL_REGION)
         return i + 1
 
     def call_sequence(self, ft: FuncType, callee: RegionKey | None, region_on_stack: int | None) -> None:
@@ -631,6 +654,54 @@ class FunctionCompiler:
             self.emit(frame_insn(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
             if home_reg(slot) is None:
                 self.emit(stx(8, FRAME, self.spill_off(slot), dst))
+
+    def leaf_call(self, ft: FuncType, callee: int) -> None:
+        """Call a leaf as a plain BPF function: its frame after ours (as for any call), arguments in it, and
+        only our caller-saved stack registers saved around the call."""
+        from capsule.bpf.asm import call
+
+        from .dispatcher import leaf_name
+
+        k, m = len(ft.params), len(ft.results)
+        h = len(self.stack)
+        base = h - k
+
+        def frame_insn(ins: Insn) -> Insn:
+            self.frame_fixups.append((ins, "off", 1))
+            return ins
+
+        for j in range(k):
+            slot = base + j
+            r = self.read(slot, self.stack[slot], T0)
+            self.emit(frame_insn(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r)))
+        self.materialize_all_below(base)
+        self.spill_regs(base, only=CALLER_SAVED)
+        # the header makes the leaf's frame part of the chain a backtrace walks (any region of ours names us)
+        ins = st(4, FRAME, abi.FRAME_RETURN, 0)
+        self.code.region_ref(ins, self.regions[0])
+        self.emit(ldx(8, R1, R10, BPF_FP_SCALAR), frame_insn(stx(8, FRAME, abi.FRAME_CALLER, R1)),
+                  frame_insn(ins), frame_insn(st(4, FRAME, abi.FRAME_RETURN + 4, 0)))
+        add = alu(Alu.ADD, R1, 0)
+        self.frame_fixups.append((add, "imm", 1))
+        self.emit(add, ldx(8, R2, R10, BPF_FIBER_SCALAR), call(leaf_name(callee)))
+        self.emit(jmp(Jmp.JNE, T0, 0, self.propagate_label()))
+        self.stack[base:] = []
+        self.reload_regs(base, only=CALLER_SAVED)
+        for j in range(m):
+            slot = self.push(Slot(ft.results[j]))
+            dst = self.dst(slot)
+            self.emit(frame_insn(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
+            if home_reg(slot) is None:
+                self.emit(stx(8, FRAME, self.spill_off(slot), dst))
+
+    def propagate_label(self) -> str:
+        """Where a leaf's trap state (in r0) leaves this region for the dispatcher."""
+        lab = f"f{self.index}.propagate"
+        if not any(lab == x for x, _ in self.pending_stubs):
+            stub = Code()
+            stub.emit(exit_())
+            self.pending_stubs.append((lab, stub))
+        return lab
 
     def materialize_all_below(self, height: int) -> None:
         for i in range(height):

@@ -19,7 +19,7 @@ from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, U
 
 from . import abi
 from .code import Code, RegionKey
-from .dispatcher import BOUNDED_FUNCS, entry_program, phys_name, phys_prologue
+from .dispatcher import BOUNDED_FUNCS, entry_program, leaf_name, phys_name, phys_prologue
 from .function import CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
 from .memory import ARENA_MAP
 from .options import Options
@@ -53,8 +53,13 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         stack_pointer_global=next((g for g, n in module.names.globals.items() if n == "__stack_pointer"), None),
         imported_funcs=module.num_imported_funcs,
     )
-    lowered = [FunctionCompiler(info, module.num_imported_funcs + k).compile() for k in range(len(module.funcs))]
-    packing = pack(lowered, opt)
+    info.leaves = choose_leaves(module)
+    lowered = [FunctionCompiler(info, module.num_imported_funcs + k, leaf=module.num_imported_funcs + k in info.leaves)
+               .compile() for k in range(len(module.funcs))]
+    leaf_code = [f for f in lowered if f.index in info.leaves]
+    # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it
+    regional = [leaf_stub(f) if f.index in info.leaves else f for f in lowered]
+    packing = pack(regional, opt, max_phys=MAX_SUBPROGRAMS - 1 - len(BOUNDED_FUNCS) - len(leaf_code))
 
     total = Code()
     total.append(entry_program(len(packing.phys), opt.fibers, opt.may_goto))
@@ -68,6 +73,10 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
             func_starts.append((len(total) + len(pc), f.index))
             pc.append(f.code)
         total.append(pc)
+    for f in leaf_code:
+        func_starts.append((len(total), f.index))
+        starts.append(leaf_name(f.index))
+        total.append(f.code)
     insns = total.assemble(packing.region_ids)
 
     btf = BTF()
@@ -120,9 +129,46 @@ def _canonical_types(m: Module) -> dict[FuncType, int]:
     return ids
 
 
-def pack(lowered: list[LoweredFunction], opt: Options) -> Packing:
+# what keeps a function from being a leaf: it could suspend (loops, bulk memory) or needs the software stack
+_NOT_LEAF = {Op.CALL, Op.CALL_INDIRECT, Op.LOOP, Op.MEMORY_GROW, Op.MEMORY_FILL, Op.MEMORY_COPY}
+MAX_SUBPROGRAMS = 256  # the verifier's limit, main program included
+MAX_LEAVES = 160  # of the verifier's 256 subprograms, the rest are for physical functions
+
+
+def choose_leaves(m: Module) -> frozenset[int]:
+    """Functions compiled as plain BPF functions: no calls, no loops, nothing that suspends. When there are
+    more than fit, the most-called win."""
+    calls: dict[int, int] = {}
+    for f in m.funcs:
+        for ins in f.body:
+            if ins.op == Op.CALL:
+                calls[ins.imm] = calls.get(ins.imm, 0) + 1  # type: ignore[index]
+    n = m.num_imported_funcs
+    cands = [n + k for k, f in enumerate(m.funcs) if not any(ins.op in _NOT_LEAF for ins in f.body)]
+    cands.sort(key=lambda i: -calls.get(i, 0))
+    return frozenset(cands[:MAX_LEAVES])
+
+
+def leaf_stub(f: LoweredFunction) -> LoweredFunction:
+    """The entry region of a leaf: call it, then return to our caller like any function (or pass on a trap)."""
+    from capsule.bpf.asm import R0, R1, R2, alu, call, exit_, jmp, ldx
+    from capsule.bpf.opcodes import Alu, Jmp
+
+    from .values import BPF_FIBER_SCALAR, BPF_FP_SCALAR, FRAME, T0, T1
+    from .values import FP as R10
+
+    code = Code()
+    code.label(FunctionCompiler.region_label(f.regions[0]))
+    code.emit(ldx(8, R1, R10, BPF_FP_SCALAR), ldx(8, R2, R10, BPF_FIBER_SCALAR), call(leaf_name(f.index)),
+              jmp(Jmp.JEQ, R0, 0, 1), exit_(),
+              ldx(4, T1, FRAME, abi.FRAME_CALLER), alu(Alu.LSH, T1, 32), ldx(4, T0, FRAME, abi.FRAME_RETURN),
+              alu(Alu.OR, T0, T1), exit_())
+    return LoweredFunction(f.index, code, f.regions[:1], f.frame)
+
+
+def pack(lowered: list[LoweredFunction], opt: Options, max_phys: int = abi.MAX_PHYS) -> Packing:
     total = sum(len(f.code) for f in lowered) or 1
-    n = max(1, min(abi.MAX_PHYS, math.ceil(total / opt.phys_target), len(lowered)))
+    n = max(1, min(max_phys, abi.MAX_PHYS, math.ceil(total / opt.phys_target), len(lowered)))
     bins: list[list[LoweredFunction]] = [[] for _ in range(n)]
     sizes = [0] * n
     for f in sorted(lowered, key=lambda f: -len(f.code)):
