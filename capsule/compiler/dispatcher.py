@@ -52,23 +52,53 @@ def leaf_name(func: int) -> str:
     return f"capsule_leaf_{func}"
 
 
-def phys_prologue(code: Code, p: int, region_labels: list[str]) -> None:
-    """Entry of physical function ``p``: r1 = state, r2 = fiber address. Region ``q`` is ``region_labels[q]``."""
+def phys_prologue(code: Code, p: int, region_labels: list[str], chain: bool) -> None:
+    """Entry of physical function ``p``: r1 = state, r2 = fiber address. Region ``q`` is ``region_labels[q]``.
+
+    With ``chain``, regions continue at a next state in the same physical function without returning to the
+    dispatcher: ``chain_label(p)`` checks the state names this function, charges the fiber's budget, passes
+    ``may_goto`` (which bounds the loop this makes for the verifier) and re-enters the compare tree."""
+    reenter, leave = f"p{p}.reenter", f"p{p}.leave"
     code.label(phys_name(p))
-    code.emit(mov(R3, R1), alu(Alu.RSH, R3, 32), *frame_setup(R3, R2),
-              mov(T0, R1, w32=True), alu(Alu.RSH, T0, abi.PHYS_BITS))
+    code.emit(*fiber_setup(R2))
+    code.label(reenter)
+    code.emit(mov(R3, R1), alu(Alu.RSH, R3, 32), *fp_setup(R3), mov(T0, R1, w32=True), alu(Alu.RSH, T0, abi.PHYS_BITS))
     _tree(code, T0, region_labels, 0, len(region_labels), f"p{p}")
+    if chain:
+        code.label(chain_label(p))
+        code.emit(mov(R2, R1, w32=True), alu(Alu.AND, R2, (1 << abi.PHYS_BITS) - 1, w32=True),
+                  jmp(Jmp.JNE, R2, p, leave, w32=True),
+                  ldx(8, R2, R10, BPF_FIBER), ldx(8, R3, R2, abi.FIBER_RUN_BUDGET), jmp(Jmp.JEQ, R3, 0, leave),
+                  alu(Alu.SUB, R3, 1), stx(8, R2, abi.FIBER_RUN_BUDGET, R3),
+                  may_goto(f"p{p}.expire"), ja(reenter))
+        code.label(f"p{p}.expire")  # may_goto fired: end the invocation (the dispatcher sees a zero budget)
+        code.emit(ldx(8, R2, R10, BPF_FIBER), st(8, R2, abi.FIBER_RUN_BUDGET, 0))
+        code.label(leave)
+        code.emit(mov(R0, R1), exit_())
+
+
+def chain_label(p: int) -> str:
+    return f"p{p}.chain"
+
+
+def fp_setup(fp: Reg) -> list[Insn]:
+    """FRAME and the frame-pointer scratch slot from a frame's guest address in ``fp``."""
+    return [stx(8, R10, BPF_FP_SCALAR, fp), addr_space_cast(FRAME, fp, 0, 1)]
+
+
+def fiber_setup(fiber: Reg) -> list[Insn]:
+    """The fiber, runtime and memory-size scratch slots from the fiber record's guest address (clobbered)."""
+    return [
+        stx(8, R10, BPF_FIBER_SCALAR, fiber), addr_space_cast(fiber, fiber, 0, 1), stx(8, R10, BPF_FIBER, fiber),
+        mov(fiber, abi.RT_BASE, w32=True), addr_space_cast(fiber, fiber, 0, 1), stx(8, R10, BPF_RUNTIME, fiber),
+        ldx(8, fiber, fiber, abi.CTRL_MEM_BYTES), stx(8, R10, BPF_MEM_BYTES, fiber),
+    ]
 
 
 def frame_setup(fp: Reg, fiber: Reg) -> list[Insn]:
     """What every region (and leaf function) relies on: FRAME = the frame, and the BPF-stack scratch slots.
     ``fp`` and ``fiber`` hold guest addresses; ``fiber`` is clobbered."""
-    return [
-        stx(8, R10, BPF_FP_SCALAR, fp), addr_space_cast(FRAME, fp, 0, 1),
-        stx(8, R10, BPF_FIBER_SCALAR, fiber), addr_space_cast(fiber, fiber, 0, 1), stx(8, R10, BPF_FIBER, fiber),
-        mov(fiber, abi.RT_BASE, w32=True), addr_space_cast(fiber, fiber, 0, 1), stx(8, R10, BPF_RUNTIME, fiber),
-        ldx(8, fiber, fiber, abi.CTRL_MEM_BYTES), stx(8, R10, BPF_MEM_BYTES, fiber),
-    ]
+    return [*fp_setup(fp), *fiber_setup(fiber)]
 
 
 def _tree(code: Code, reg, labels: list[str], lo: int, hi: int, stem: str) -> None:  # type: ignore[no-untyped-def]
@@ -89,6 +119,9 @@ def _tree(code: Code, reg, labels: list[str], lo: int, hi: int, stem: str) -> No
 def _call_tree(code: Code, nphys: int, stem: str, after: str) -> None:
     """Call the physical function named by R1's value (its low byte): ``R9 = phys_N(R9, fiber at [R10-8])``."""
     leaves = [f"{stem}.call{p}" for p in range(nphys)]
+    if not nphys:  # a module without functions: no region can be named, nothing to call
+        code.emit(ja(after))
+        return
     _tree(code, R1, leaves, 0, nphys, stem)
     for p in range(nphys):
         code.label(leaves[p])
@@ -116,9 +149,13 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
         # one loop, cut by the budget or by may_goto, whichever comes first
         code.label(loop)
         code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, special, w32=True))
+        # the budget lives in the fiber record while a physical function runs: chained regions charge it too
         code.emit(may_goto(pending), jmp(Jmp.JEQ, R8, 0, pending), alu(Alu.SUB, R8, 1),
+                  stx(8, R7, abi.FIBER_RUN_BUDGET, R8),
                   alu(Alu.AND, R1, (1 << abi.PHYS_BITS) - 1))  # the physical function is the low byte
-        _call_tree(code, nphys, "run", loop)
+        _call_tree(code, nphys, "run", "run.back")
+        code.label("run.back")
+        code.emit(ldx(8, R8, R7, abi.FIBER_RUN_BUDGET), ja(loop))
     else:
         # bounded loops only: RUN_ROUNDS calls of capsule_round, each ROUND_STEPS calls of capsule_step, each
         # STEP_REGIONS regions; the regions run are counted in the fiber record

@@ -56,6 +56,8 @@ from .values import (
 )
 from .values import FP as R10
 
+CHAIN = "@chain"  # placeholder label: the physical function's local dispatch (see dispatcher.phys_prologue)
+
 
 class CompileError(UnsupportedError):
     """A construct the compiler does not (yet) lower; names the function and offset like other wasm errors."""
@@ -262,6 +264,14 @@ class FunctionCompiler:
             assert special is not None
             self.emit(mov(T1, special, w32=True), alu(Alu.OR, T0, T1), exit_())
 
+    def next_region(self) -> None:
+        """Continue at the state in T0: through the dispatcher, or, with may_goto, straight to the region when
+        it is in the same physical function (``CHAIN``, resolved per physical function, checks and counts)."""
+        if self.opt.may_goto:
+            self.emit(mov(R1, T0), ja(CHAIN))
+        else:
+            self.emit(exit_())
+
     def trap_label(self, code: abi.Trap) -> str:
         """A label that ends the call with trap ``code`` (one out-of-line stub per code and function)."""
         lab = self.trap_labels.get(code)
@@ -456,6 +466,8 @@ class FunctionCompiler:
         stub = Code()
         self.code = stub
         self.spill_regs(height)
+        # may_goto fired: this invocation has run long enough; a zero budget makes the dispatcher stop
+        self.emit(ldx(8, T1, R10, BPF_FIBER), st(8, T1, abi.FIBER_RUN_BUDGET, 0))
         self.leave_with_state(False, region=region)
         self.code = saved
         self.pending_stubs.append((label, stub))
@@ -561,8 +573,8 @@ class FunctionCompiler:
             alu(Alu.LSH, T1, 32),
             ldx(4, T0, FRAME, abi.FRAME_RETURN),
             alu(Alu.OR, T0, T1),
-            exit_(),
         )
+        self.next_region()
 
     def op_unreachable(self, i: int, ins: Instr) -> int:
         self.trap(abi.Trap.UNREACHABLE)
@@ -643,7 +655,8 @@ class FunctionCompiler:
         else:
             assert region_on_stack is not None
             self.emit(ldx(4, T1, R10, region_on_stack))
-        self.emit(alu(Alu.OR, T0, T1), exit_())
+        self.emit(alu(Alu.OR, T0, T1))
+        self.next_region()
         # the continuation: reload our stack, take the results from the callee's frame
         self.code.label(self.region_label(cont))
         self.stack[base:] = []
