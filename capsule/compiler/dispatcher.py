@@ -72,7 +72,8 @@ def phys_prologue(code: Code, p: int, region_labels: list[str], chain: bool) -> 
                   alu(Alu.SUB, R3, 1), stx(8, R2, abi.FIBER_RUN_BUDGET, R3),
                   may_goto(f"p{p}.expire"), ja(reenter))
         code.label(f"p{p}.expire")  # may_goto fired: end the invocation (the dispatcher sees a zero budget)
-        code.emit(ldx(8, R2, R10, BPF_FIBER), st(8, R2, abi.FIBER_RUN_BUDGET, 0))
+        code.emit(ldx(8, R2, R10, BPF_FIBER), ldx(8, R3, R2, abi.FIBER_RUN_BUDGET),
+                  stx(8, R2, abi.FIBER_RUN_COUNT, R3), st(8, R2, abi.FIBER_RUN_BUDGET, 0))
         code.label(leave)
         code.emit(mov(R0, R1), exit_())
 
@@ -146,7 +147,9 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
         ldx(8, R9, R7, abi.FIBER_STATE),
     )
     if may_goto_profile:
-        # one loop, cut by the budget or by may_goto, whichever comes first
+        # one loop, cut by the budget or by may_goto, whichever comes first; a may_goto that fires in a region
+        # zeroes the budget and leaves what was left of it in FIBER_RUN_COUNT (for the transition count)
+        code.emit(st(8, R7, abi.FIBER_RUN_COUNT, 0))
         code.label(loop)
         code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, special, w32=True))
         # the budget lives in the fiber record while a physical function runs: chained regions charge it too
@@ -179,7 +182,7 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
     code.emit(stx(8, R7, abi.FIBER_STATE, R9), stx(8, R7, abi.FIBER_STATUS, R0),
               stx(8, R6, abi.CTX_STATUS, R0), stx(8, R6, abi.CTX_DETAIL, R2))
     if may_goto_profile:
-        code.emit(ldx(8, R3, R10, -16), alu(Alu.SUB, R3, R8))
+        code.emit(ldx(8, R3, R10, -16), alu(Alu.SUB, R3, R8), ldx(8, R2, R7, abi.FIBER_RUN_COUNT), alu(Alu.SUB, R3, R2))
     else:
         code.emit(ldx(8, R3, R7, abi.FIBER_RUN_COUNT))
     code.emit(stx(8, R6, abi.CTX_TRANSITIONS, R3),

@@ -467,7 +467,9 @@ class FunctionCompiler:
         self.code = stub
         self.spill_regs(height)
         # may_goto fired: this invocation has run long enough; a zero budget makes the dispatcher stop
-        self.emit(ldx(8, T1, R10, BPF_FIBER), st(8, T1, abi.FIBER_RUN_BUDGET, 0))
+        # (the budget left is kept in FIBER_RUN_COUNT so that the dispatcher still counts the transitions run)
+        self.emit(ldx(8, T1, R10, BPF_FIBER), ldx(8, T0, T1, abi.FIBER_RUN_BUDGET), stx(8, T1, abi.FIBER_RUN_COUNT, T0),
+                  st(8, T1, abi.FIBER_RUN_BUDGET, 0))
         self.leave_with_state(False, region=region)
         self.code = saved
         self.pending_stubs.append((label, stub))

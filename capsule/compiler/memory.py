@@ -82,6 +82,11 @@ def address(fc: FunctionCompiler, ra: int, offset: int, size: int) -> tuple[int,
         else:
             fc.emit(ld_imm64(T0, end), alu(Alu.ADD, T0, ra))
         fc.emit(ldx(8, T1, R10, BPF_MEM_BYTES), jmp(Jmp.JGT, T0, T1, fc.trap_label(abi.Trap.OUT_OF_BOUNDS)))
+        if ra in (T0, T1):  # the sum or the limit overwrote the address: recover it from T0 = address + end
+            fc.emit(alu(Alu.SUB, T0, end) if fits_imm32(end) else ld_imm64(T1, end))
+            if not fits_imm32(end):
+                fc.emit(alu(Alu.SUB, T0, T1))
+            ra = T0
     if offset < (1 << 15):
         fc.emit(addr_space_cast(T0, ra, 0, 1))
         return T0, offset
@@ -161,17 +166,19 @@ def grow(fc: FunctionCompiler) -> None:
     ``bpf_arena_alloc_pages`` kfunc (the entry program is sleepable)."""
     slot, e = fc.pop()
     fc.push(e)
-    dst = fc.dst(slot)
-    fc.read_into(dst, slot, e)
+    # the registers of the slots below are saved around the kfunc call: constants must be in them first
+    fc.materialize_all_below(slot)
+    dst = fc.dst(slot)  # T0 when the slot lives in the frame: the computation below keeps to T0/T1 and -56/-64
+    fc.read_into(T0, slot, e)
     fail = fc.code.fresh(f"f{fc.index}.growfail")
     done = fc.code.fresh(f"f{fc.index}.growdone")
     live = frozenset(r for r in CALLER_SAVED if _slot_of(r) is not None and _slot_of(r) < slot)  # type: ignore[operator]
-    # T1 = runtime; new pages = old + n
-    fc.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T0, T1, abi.CTRL_MEM_PAGES), alu(Alu.ADD, dst, T0),
-            ldx(8, T0, T1, abi.CTRL_MEM_MAX_PAGES), jmp(Jmp.JGT, dst, T0, fail))
-    # dst = new pages; bytes = dst << 16; allocate [committed, bytes) if needed
-    fc.emit(stx(8, R10, -56, dst))
-    fc.emit(mov(T0, dst), alu(Alu.LSH, T0, 16), ldx(8, T1, T1, abi.CTRL_COMMITTED))
+    # new pages = old + n (64-bit: no wrap-around), at -56
+    fc.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_PAGES), alu(Alu.ADD, T0, T1),
+            stx(8, R10, -56, T0), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_MAX_PAGES),
+            jmp(Jmp.JGT, T0, T1, fail))
+    # bytes = new pages << 16; allocate [committed, bytes) if needed
+    fc.emit(alu(Alu.LSH, T0, 16), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_COMMITTED))
     have = fc.code.fresh(f"f{fc.index}.growhave")
     fc.emit(jmp(Jmp.JLE, T0, T1, have))
     fc.spill_regs(slot + 1, only=live)
@@ -189,9 +196,10 @@ def grow(fc: FunctionCompiler) -> None:
     fc.emit(ldx(8, T0, R10, -64), ldx(8, T1, R10, BPF_RUNTIME), stx(8, T1, abi.CTRL_COMMITTED, T0))
     fc.code.label(have)
     # commit the new size; the result is the old size
-    fc.emit(ldx(8, T0, R10, -56), ldx(8, T1, R10, BPF_RUNTIME))
-    fc.emit(ldx(8, dst, T1, abi.CTRL_MEM_PAGES), stx(8, T1, abi.CTRL_MEM_PAGES, T0),
-            alu(Alu.LSH, T0, 16), stx(8, T1, abi.CTRL_MEM_BYTES, T0), stx(8, R10, BPF_MEM_BYTES, T0), ja(done))
+    fc.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T0, T1, abi.CTRL_MEM_PAGES), stx(8, R10, -64, T0))
+    fc.emit(ldx(8, T0, R10, -56), stx(8, T1, abi.CTRL_MEM_PAGES, T0),
+            alu(Alu.LSH, T0, 16), stx(8, T1, abi.CTRL_MEM_BYTES, T0), stx(8, R10, BPF_MEM_BYTES, T0),
+            ldx(8, dst, R10, -64), ja(done))
     fc.code.label(fail)
     fc.emit(mov(dst, 0xFFFF_FFFF, w32=True))
     fc.code.label(done)

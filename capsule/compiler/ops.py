@@ -219,7 +219,7 @@ def divide(fc: FunctionCompiler, kind: str, w32: bool) -> None:
     alu_op = Alu.DIV if kind.startswith("div") else Alu.MOD
     if not signed:
         fc.emit(alu(alu_op, dst, rb, w32=w32))
-    elif isinstance(rb, int):  # a constant divisor other than 0 and -1
+    elif not isinstance(rb, Reg):  # a constant divisor other than 0 and -1 (Reg is an int subclass)
         fc.emit((sdiv if alu_op == Alu.DIV else smod)(dst, rb, w32=w32))
     else:
         ok = fc.code.fresh(f"f{fc.index}.div")

@@ -28,6 +28,7 @@ from capsule.wasm import ExternKind, Op
 from .errors import CallError, GuestRejected, GuestTrap, Pending
 
 C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
+BACKTRACE_DEPTH = 64  # frames listed in a trap's backtrace (walking a 16 MiB stack frame by frame takes seconds)
 
 
 @dataclass
@@ -124,10 +125,9 @@ class Instance:
         mem = meta["memory"]
         pages = mem["initial"] if mem else 0
         max_pages = mem["max"] if mem else 0
-        extra = 0
-        if meta["stack_pointer_global"] is not None and self.fibers > 1:
-            extra = C_STACK_PAGES * (self.fibers - 1)  # C stacks of the other fibers, above the initial memory
-        total = min(pages + extra, abi.MAX_MEMORY_PAGES)
+        # the C stacks of fibers other than 0 are grown on their first use (``_c_stack``), so that a module
+        # called on fiber 0 only sees memory.size exactly as wasm defines it
+        total = min(pages, abi.MAX_MEMORY_PAGES)
         self.commit(0, total * abi.WASM_PAGE)
         ctrl = abi.CTRL
         self.set_u64(ctrl + abi.CTRL_MEM_PAGES, total)
@@ -183,9 +183,9 @@ class Instance:
             rec = abi.FIBERS + f * abi.FIBER_SIZE
             self.set_u64(rec + abi.FIBER_GENERATION, 1)
             self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
-            if sp is not None:
-                top = gvals[sp] if f == 0 else (pages + C_STACK_PAGES * f) * abi.WASM_PAGE
-                self.set_u64(rec + abi.FIBER_STACK_POINTER, top)
+            if sp is not None and f == 0:
+                self.set_u64(rec + abi.FIBER_STACK_POINTER, gvals[sp])
+        self._c_stacks = {0}
         if meta["start"] is not None:
             self.call_index(meta["start"], [])
 
@@ -222,6 +222,18 @@ class Instance:
         params, results = self.meta["types"][self.meta["funcs"][index]["type"]]
         return params, results
 
+    def global_value(self, name: str, fiber: int = 0) -> int:
+        """The current value of an exported global, as raw bits (i32/f32 in the low 32, unsigned)."""
+        for e in self.meta["exports"]:
+            if e["name"] == name and e["kind"] == ExternKind.GLOBAL:
+                g = e["index"]
+                if g == self.meta["stack_pointer_global"]:
+                    v = self.u64(self._fiber_rec(fiber) + abi.FIBER_STACK_POINTER)
+                else:
+                    v = self.u64(abi.GLOBALS + 8 * g)
+                return v & 0xFFFF_FFFF if self.meta["globals"][g]["type"] in ("i32", "f32") else v
+        raise CallError(f"no exported global {name!r}")
+
     def call(self, name: str, *args: int, fiber: int = 0, budget: int = 1 << 62) -> list[int]:
         """Call an exported function to completion (continuing across PENDING); results as Python ints
         (i32/i64 signed; f32/f64 as their raw bits)."""
@@ -255,6 +267,8 @@ class Instance:
         if len(args) != len(params):
             raise CallError(f"{f['name']} takes {len(params)} argument(s), got {len(args)}")
         rec = self._fiber_rec(fiber)
+        if fiber not in self._c_stacks and self.meta["stack_pointer_global"] is not None:
+            self._c_stack(fiber)
         state = self.u64(rec + abi.FIBER_STATE)
         if state & 0xFFFF_FFFF < abi.SPECIAL_BASE:
             raise CallError(f"fiber {fiber} has a call in progress; continue it or reset the fiber first")
@@ -268,6 +282,21 @@ class Instance:
         self._calls[fiber] = index
         gen = self.u64(rec + abi.FIBER_GENERATION)
         return self._run(fiber, gen, budget)
+
+    def _c_stack(self, fiber: int) -> None:
+        """Give ``fiber`` its own C shadow stack: C_STACK_PAGES wasm pages grown at the end of linear memory
+        (as a host-side memory.grow), its stack pointer at their top."""
+        ctrl = abi.CTRL
+        pages = self.u64(ctrl + abi.CTRL_MEM_PAGES)
+        new = pages + C_STACK_PAGES
+        if new > self.u64(ctrl + abi.CTRL_MEM_MAX_PAGES):
+            raise CallError(f"no room for fiber {fiber}'s C stack: linear memory is at its maximum")
+        self.commit(pages * abi.WASM_PAGE, new * abi.WASM_PAGE)
+        self.set_u64(ctrl + abi.CTRL_MEM_PAGES, new)
+        self.set_u64(ctrl + abi.CTRL_MEM_BYTES, new * abi.WASM_PAGE)
+        self.set_u64(ctrl + abi.CTRL_COMMITTED, max(self.u64(ctrl + abi.CTRL_COMMITTED), new * abi.WASM_PAGE))
+        self.set_u64(abi.FIBERS + fiber * abi.FIBER_SIZE + abi.FIBER_STACK_POINTER, new * abi.WASM_PAGE)
+        self._c_stacks.add(fiber)
 
     def resume(self, token: int, *, budget: int = 1 << 62) -> list[int] | Pending:
         """Continue a pending call. A token from before a ``reset`` (or made up) is refused."""
@@ -324,7 +353,7 @@ class Instance:
         if str(trap_region) in regions:
             names.append(funcs[regions[str(trap_region)]]["name"])
         fp = self.u64(rec + abi.FIBER_TRAP_FP) & 0xFFFF_FFFF
-        for _ in range(1 << 20):
+        for _ in range(BACKTRACE_DEPTH):
             if not fp:
                 break
             ret = self.u64(fp + abi.FRAME_RETURN) & 0xFFFF_FFFF
@@ -332,6 +361,9 @@ class Instance:
                 break
             names.append(funcs[regions[str(ret)]]["name"])
             fp = self.u64(fp + abi.FRAME_CALLER) & 0xFFFF_FFFF
+        else:
+            if fp and self.u64(fp + abi.FRAME_RETURN) & 0xFFFF_FFFF != abi.RETURN_TO_HOST:
+                names.append("...")  # deeper frames (a runaway recursion has ~10^5 of them) are not listed
         return names
 
     def load_stats(self):  # type: ignore[no-untyped-def]
