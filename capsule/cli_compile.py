@@ -43,6 +43,8 @@ def _build_options(s: argparse.ArgumentParser) -> None:
                       help="no bounds checks: accesses past committed memory read 0 and drop stores")
     g.add_argument("--no-may-goto", dest="may_goto", action="store_false",
                    help="the profile for kernels without may_goto: every loop back-edge returns to the dispatcher")
+    g.add_argument("--no-inline", dest="inline", action="store_false",
+                   help="do not replace calls to small functions by their bodies")
     g.add_argument("--fibers", type=int, default=None, help="number of fibers (default 4)")
     g.add_argument("--stack-size", type=_int_arg, default=None,
                    help="software stack per fiber in bytes, a power of two (default 16 MiB)")
@@ -58,7 +60,7 @@ def _int_arg(text: str) -> int:
 def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from capsule.compiler import Options
 
-    kw = {"checked": args.checked, "may_goto": args.may_goto}
+    kw = {"checked": args.checked, "may_goto": args.may_goto, "inline": args.inline}
     if args.fibers is not None:
         kw["fibers"] = args.fibers
     if args.stack_size is not None:

@@ -18,6 +18,8 @@ class Options:
     stack_size: int = 16 << 20
     #: target size of a physical BPF function, in instructions
     phys_target: int = 6000
+    #: replace calls to small call-free functions by their bodies (``inline``)
+    inline: bool = True
 
     def __post_init__(self) -> None:
         if self.stack_size & (self.stack_size - 1) or not (1 << 16) <= self.stack_size <= 64 << 20:

@@ -19,6 +19,7 @@ from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, U
 
 from . import abi
 from .code import Code, RegionKey
+from .inline import inline_small_functions
 from .dispatcher import BOUNDED_FUNCS, chain_label, entry_program, leaf_name, phys_name, phys_prologue
 from .function import CHAIN, CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
 from .memory import ARENA_MAP
@@ -44,6 +45,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     cannot lower yet."""
     opt = options or Options()
     _check_module(module)
+    if opt.inline:
+        module = inline_small_functions(module)
     types = _canonical_types(module)
     info = ModuleInfo(
         module=module,
