@@ -14,6 +14,7 @@ import pytest
 
 from capsule.bench.loop_programs import (
     BPF_MAX_LOOPS,
+    GENERATED_KEYS,
     MECHANISMS,
     STATUS_CUT,
     generate,
@@ -21,11 +22,13 @@ from capsule.bench.loop_programs import (
 from capsule.bench.loop_runner import Loaded, LoopBench, Rejected, RunSample, verdict
 from capsule.bench.loop_scaling import plot_scaling, run_scaling
 from capsule.bench.loops import add_parser, run_loops
+from capsule.bench.wasm_loop import PROFILES, WasmLoop, expected_sum, module_bytes
 from capsule.bpf.spec import ProgramSpec
 from capsule.kernel import Program, ProgType, VerifierError
 from capsule.kernel.collection import resolve_refs
 
-RUNNABLE = [m.key for m in MECHANISMS if m.available]
+RUNNABLE = list(GENERATED_KEYS)
+WASM_ROWS = list(PROFILES)
 
 
 def bpf_fds() -> dict[str, str]:
@@ -179,13 +182,17 @@ def test_run_loops_report() -> None:
     report = run_loops(50, 2, repeat=2)
     keys = [r.key for r in report.results]
     assert keys == [m.key for m in MECHANISMS]
+    assert all(r.available for r in report.results)
     for r in report.results:
-        if r.available:
-            assert r.ok and r.status == "ok" and len(r.testrun_ns) == 2 and len(r.ktime_ns) == 2, r
-            assert r.processed_insns and r.load_ms is not None
-            assert r.ratio_to_plain is not None
+        assert r.ok and len(r.testrun_ns) == 2, r
+        assert r.processed_insns and r.load_ms is not None
+        assert r.ratio_to_plain is not None
+        if r.key in WASM_ROWS:  # timed with bpf_stats: no in-program clock
+            assert r.timing == "bpf_stats" and not r.ktime_ns and r.compile_ms is not None, r
         else:
-            assert r.status == "not available yet (needs the compiler)" and not r.testrun_ns
+            assert r.timing == "test_run" and r.status == "ok" and len(r.ktime_ns) == 2, r
+    assert report.result("wasm_may_goto").status == "ok"
+    assert report.result("wasm_dispatcher").status == "ok (51 transitions)"
     assert report.result("plain").ratio_to_plain == 1.0
     assert report.result("bpf_loop").published_ns == 5.0
     json.dumps(report.to_json())
@@ -220,7 +227,8 @@ def test_cli_table_json_and_plot(tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     for m in MECHANISMS:
         assert m.title in text, m.title
-    assert "not available yet (needs the compiler)" in text and "published" in text
+    assert "published" in text and "* timed differently" in text and "not available" not in text
+    assert "ok (21 transitions)" in text  # the dispatcher profile: one transition per back-edge, one to enter
     assert (tmp_path / "l.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     args = _parser().parse_args(["bench", "loops", "--n", "20", "--rounds", "1", "--json"])
     assert args.func(args) == 0
@@ -241,3 +249,50 @@ def test_scaling_small(tmp_path) -> None:
         assert [p["body"] for p in points] == [1, 2] and all(p["ok"] for p in points)
     plot_scaling(sc, tmp_path / "s.png")
     assert (tmp_path / "s.png").stat().st_size > 1000
+
+
+# -- the loop as capsule compiles it from wasm -------------------------------------------------------------
+@pytest.mark.parametrize("key", WASM_ROWS)
+def test_wasm_loop_sums_correctly(key: str) -> None:
+    with WasmLoop(key) as wl:
+        assert wl.processed_insns > 0 and wl.load_ms > 0 and wl.xlated_insns > 0
+        for n in (0, 1, 7, 10_000, 100_000):
+            r = wl.run(n, repeat=2)
+            assert r.sum == n * (n - 1) // 2 == expected_sum(n), (key, n)
+            assert r.ok and r.invocations == 1 and r.run_time_ns > 0
+            # may_goto keeps the loop inside its region; without it every back-edge goes through the dispatcher
+            assert r.transitions == (1 if key == "wasm_may_goto" else n + 1), (key, n, r)
+        mem = wl.instance.memory()
+        assert int.from_bytes(mem[8:16], "little") == 100_000 * 99_999 // 2  # the accumulator lives in memory
+
+
+def test_wasm_loop_dispatcher_profile_continues_from_the_host() -> None:
+    """A budget of transitions per invocation: the call goes PENDING and the host continues it."""
+    with WasmLoop("wasm_dispatcher") as wl:
+        r = wl.run(1000, budget=100)
+        # the budget is checked between batches of regions, so an invocation may overshoot it a little
+        assert r.sum == 499_500 and r.transitions == 1001 and 1001 // 200 <= r.invocations <= 11
+        assert r.text == f"ok ({r.invocations} invocations, 1,001 transitions)"
+
+
+def test_wasm_loop_verification_cost_does_not_grow_with_a_constant_bound() -> None:
+    """The compiler keeps loop bounds unknown to the verifier: the counter is a local in the frame (arena
+    memory), so even a constant bound is verified once, unlike the plain loop's (see the test above)."""
+    for key in WASM_ROWS:
+        costs = []
+        for bound in (10, 1_000_000):
+            with WasmLoop(key, bound=bound) as wl:
+                costs.append(wl.processed_insns)
+                assert wl.run(0).sum == expected_sum(bound)  # the argument is ignored: the bound is constant
+        assert costs[0] == costs[1], (key, costs)
+        assert costs[0] < 100_000, (key, costs)
+
+
+def test_wasm_module_is_the_seed_workload() -> None:
+    wasm = module_bytes()
+    assert wasm[:4] == b"\0asm"
+    assert module_bytes(5) != wasm  # the constant-bound variant is a different module
+    with pytest.raises(ValueError):
+        WasmLoop("wasm")
+    with pytest.raises(ValueError, match="compiled from wasm"):
+        generate("wasm_may_goto", 10)
