@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     from capsule.bench.loops import add_parser as add_bench_loops
 
     add_bench_loops(sub)
+    from capsule.bench.integers import add_parser as add_bench_integers
+
+    add_bench_integers(sub)
     return p
 
 

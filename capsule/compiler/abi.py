@@ -65,6 +65,7 @@ FIBER_STACK_POINTER = 48  # u64: the fiber's own copy of the C shadow-stack poin
 FIBER_INVOCATIONS = 56
 FIBER_RUN_COUNT = 64  # u64: regions run in the current invocation (profile without may_goto)
 FIBER_RUN_BUDGET = 72  # u64: the current invocation's budget (profile without may_goto)
+FIBER_TRAP_INLINED = 80  # u64: 1 + the function whose inlined body trapped inside the trapping one, else 0
 
 # the dispatcher's bounded loops in the profile without may_goto: regions per step, steps per round, rounds
 STEP_REGIONS = 32

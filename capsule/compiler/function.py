@@ -95,6 +95,8 @@ class ModuleInfo:
     stack_pointer_global: int | None  # the C shadow-stack pointer: kept per fiber
     imported_funcs: int = 0
     leaves: frozenset[int] = frozenset()  # functions compiled as plain BPF functions
+    # function -> (first, end, callee): body ranges that are an inlined callee's body (for backtraces)
+    inlined: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,7 +129,7 @@ class FunctionCompiler:
         self.regions: list[RegionKey] = []
         # instructions whose off/imm must get the frame size added once it is known
         self.frame_fixups: list[tuple[Insn, str, int]] = []
-        self.trap_labels: dict[abi.Trap, str] = {}
+        self.trap_labels: dict[tuple[abi.Trap, int | None], str] = {}
         self.pending_stubs: list[tuple[str, Code]] = []
         self.pos = 0  # index of the instruction being lowered (for errors)
 
@@ -273,24 +275,35 @@ class FunctionCompiler:
             self.emit(exit_())
 
     def trap_label(self, code: abi.Trap) -> str:
-        """A label that ends the call with trap ``code`` (one out-of-line stub per code and function)."""
-        lab = self.trap_labels.get(code)
+        """A label that ends the call with trap ``code`` (one out-of-line stub per code and function, and per
+        inlined callee the trapping instruction came from)."""
+        origin = self.inlined_origin()
+        lab = self.trap_labels.get((code, origin))
         if lab is None:
-            lab = self.trap_labels[code] = f"f{self.index}.trap.{code.name.lower()}"
+            lab = f"f{self.index}.trap.{code.name.lower()}" + (f".in{origin}" if origin is not None else "")
+            self.trap_labels[(code, origin)] = lab
         return lab
+
+    def inlined_origin(self) -> int | None:
+        """The function whose inlined body holds the instruction being lowered, if any."""
+        for start, end, callee in self.info.inlined.get(self.index, ()):
+            if start <= self.pos < end:
+                return callee
+        return None
 
     def trap(self, code: abi.Trap) -> None:
         self.emit(ja(self.trap_label(code)))
 
     def emit_trap_stubs(self) -> None:
         entry = self.regions[0]
-        for code, lab in self.trap_labels.items():
+        for (code, origin), lab in self.trap_labels.items():
             self.code.label(lab)
-            # remember which function trapped (its entry region); the frame chain gives the callers
+            # remember which function trapped (its entry region, and the inlined callee if the trap is in one);
+            # the frame chain gives the callers
             self.emit(ldx(8, T1, R10, BPF_FIBER))
             ins = st(4, T1, abi.FIBER_TRAP_REGION, 0)
             self.code.region_ref(ins, entry)
-            self.emit(ins)
+            self.emit(ins, st(8, T1, abi.FIBER_TRAP_INLINED, 0 if origin is None else origin + 1))
             self.leave_with_state(False, special=abi.SPECIAL_BASE + code)
 
     # -- the whole function ---------------------------------------------------------------------------------

@@ -28,19 +28,26 @@ _ZERO = {ValType.I32: Op.I32_CONST, ValType.I64: Op.I64_CONST, ValType.F32: Op.F
          ValType.F64: Op.F64_CONST}
 
 
-def inline_small_functions(m: Module, limit: int = INLINE_MAX) -> Module:
-    """A copy of ``m`` with calls to small call-free functions replaced by their bodies."""
+Origins = dict[int, list[tuple[int, int, int]]]
+
+
+def inline_small_functions(m: Module, limit: int = INLINE_MAX) -> tuple[Module, Origins]:
+    """A copy of ``m`` with calls to small call-free functions replaced by their bodies, and for each changed
+    function the body ranges ``(first, end, callee)`` that came from a callee (traps there name the callee)."""
     n = m.num_imported_funcs
     small = {n + k: f for k, f in enumerate(m.funcs) if _inlinable(f, limit)}
+    origins: Origins = {}
     if not small:
-        return m
+        return m, origins
     funcs = []
     for k, f in enumerate(m.funcs):
         if not any(ins.op == Op.CALL and ins.imm in small and ins.imm != n + k for ins in f.body):
             funcs.append(f)
             continue
-        funcs.append(_inline_into(f, n + k, small, m))
-    return replace(m, funcs=funcs)
+        new, ranges = _inline_into(f, n + k, small)
+        funcs.append(new)
+        origins[n + k] = ranges
+    return replace(m, funcs=funcs), origins
 
 
 def _inlinable(f: Function, limit: int) -> bool:
@@ -52,15 +59,17 @@ def _inlinable(f: Function, limit: int) -> bool:
     return all(t in _ZERO for t in f.locals[f.num_params :])
 
 
-def _inline_into(f: Function, index: int, small: dict[int, Function], m: Module) -> Function:
+def _inline_into(f: Function, index: int, small: dict[int, Function]) -> tuple[Function, list[tuple[int, int, int]]]:
     locals_ = list(f.locals)
     body: list[Instr] = []
+    ranges: list[tuple[int, int, int]] = []
     for ins in f.body:
         callee = small.get(ins.imm) if ins.op == Op.CALL else None  # type: ignore[call-overload]
         if callee is None or ins.imm == index:
             body.append(_copy(ins))
             continue
         base = len(locals_)
+        first = len(body)
         locals_.extend(callee.locals)
         body.append(Instr(Op.BLOCK, BlockType(type_index=callee.type_index), ins.offset))
         for p in reversed(range(callee.num_params)):
@@ -81,8 +90,9 @@ def _inline_into(f: Function, index: int, small: dict[int, Function], m: Module)
                 depth -= 1
             body.append(Instr(op, imm, c.offset))
         body.append(Instr(Op.END, None, ins.offset))
+        ranges.append((first, len(body), ins.imm))  # type: ignore[arg-type]
     _link_blocks(body)
-    return replace(f, locals=tuple(locals_), body=body)
+    return replace(f, locals=tuple(locals_), body=body), ranges
 
 
 def _copy(ins: Instr) -> Instr:

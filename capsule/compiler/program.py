@@ -19,9 +19,9 @@ from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, U
 
 from . import abi
 from .code import Code, RegionKey
-from .inline import inline_small_functions
 from .dispatcher import BOUNDED_FUNCS, chain_label, entry_program, leaf_name, phys_name, phys_prologue
 from .function import CHAIN, CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
+from .inline import inline_small_functions
 from .memory import ARENA_MAP
 from .options import Options
 
@@ -45,8 +45,9 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     cannot lower yet."""
     opt = options or Options()
     _check_module(module)
+    inlined: dict[int, list[tuple[int, int, int]]] = {}
     if opt.inline:
-        module = inline_small_functions(module)
+        module, inlined = inline_small_functions(module)
     types = _canonical_types(module)
     info = ModuleInfo(
         module=module,
@@ -55,6 +56,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         frame_margin=abi.FRAME_LOCALS + abi.SLOT * max([len(t.params) for t in module.types] + [0]),
         stack_pointer_global=next((g for g, n in module.names.globals.items() if n == "__stack_pointer"), None),
         imported_funcs=module.num_imported_funcs,
+        inlined=inlined,
     )
     info.leaves = choose_leaves(module)
     lowered = [FunctionCompiler(info, module.num_imported_funcs + k, leaf=module.num_imported_funcs + k in info.leaves)

@@ -349,6 +349,9 @@ class Instance:
         regions = self.meta["regions"]
         funcs = self.meta["funcs"]
         names = []
+        inlined = self.u64(rec + abi.FIBER_TRAP_INLINED)
+        if inlined:  # the trap was in a callee's body inlined into the trapping function
+            names.append(funcs[inlined - 1]["name"])
         trap_region = self.u64(rec + abi.FIBER_TRAP_REGION) & 0xFFFF_FFFF
         if str(trap_region) in regions:
             names.append(funcs[regions[str(trap_region)]]["name"])

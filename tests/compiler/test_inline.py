@@ -41,7 +41,8 @@ WAT = r"""
 
 def test_inlined_module_validates_and_removes_the_calls() -> None:
     m = load(wat(WAT))
-    out = inline_small_functions(m)
+    out, origins = inline_small_functions(m)
+    assert set(origins) == {m.num_imported_funcs + len(m.funcs) - 1}
     validate(out)
     run = out.funcs[-1]
     assert not any(ins.op == Op.CALL for ins in run.body)
