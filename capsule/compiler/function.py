@@ -42,7 +42,6 @@ from .values import (
     BPF_RUNTIME,
     CALLER_SAVED,
     FRAME,
-    STACK_REGS,
     T0,
     T1,
     Const,
@@ -51,8 +50,8 @@ from .values import (
     Reg,
     Slot,
     fits_imm32,
-    home_reg,
     is64,
+    register_plan,
 )
 from .values import FP as R10
 
@@ -132,6 +131,8 @@ class FunctionCompiler:
         self.trap_labels: dict[tuple[abi.Trap, int | None], str] = {}
         self.pending_stubs: list[tuple[str, Code]] = []
         self.pos = 0  # index of the instruction being lowered (for errors)
+        # the hottest locals live in callee-saved registers inside a region; the operand stack takes the rest
+        self.local_regs, self.stack_regs = register_plan(func)
 
     # -- errors ---------------------------------------------------------------------------------------------
     def unsupported(self, what: str) -> CompileError:
@@ -154,6 +155,10 @@ class FunctionCompiler:
         self.stack.append(e)
         self.max_stack = max(self.max_stack, len(self.stack))
         return len(self.stack) - 1
+
+    def home(self, slot: int) -> Reg | None:
+        """The register a stack slot lives in, or None when it lives in its frame slot."""
+        return self.stack_regs[slot] if slot < len(self.stack_regs) else None
 
     def pop(self) -> tuple[int, Entry]:
         e = self.stack.pop()
@@ -182,7 +187,7 @@ class FunctionCompiler:
         if isinstance(e, Const):
             self.load_const(temp, e)
             return temp
-        r = home_reg(slot)
+        r = self.home(slot)
         if r is not None:
             return r
         self.emit(ldx(8, temp, FRAME, self.spill_off(slot)))
@@ -195,12 +200,12 @@ class FunctionCompiler:
 
     def dst(self, slot: int) -> Reg:
         """The register a result for ``slot`` is computed in (its home, or T0 when the home is memory)."""
-        r = home_reg(slot)
+        r = self.home(slot)
         return r if r is not None else T0
 
     def finish(self, slot: int, reg: Reg, t: ValType) -> None:
         """Record that ``reg`` holds the new value of ``slot`` (storing it if the slot lives in memory)."""
-        if home_reg(slot) is None:
+        if self.home(slot) is None:
             self.emit(stx(8, FRAME, self.spill_off(slot), reg))
         self.stack[slot:] = []
         self.push(Slot(t))
@@ -209,7 +214,7 @@ class FunctionCompiler:
         e = self.stack[slot]
         if not isinstance(e, Const):
             return
-        r = home_reg(slot)
+        r = self.home(slot)
         if r is not None:
             self.load_const(r, e)
         else:
@@ -227,7 +232,7 @@ class FunctionCompiler:
         if src == dst:
             self.materialize(dst)
             return
-        rd = home_reg(dst)
+        rd = self.home(dst)
         if rd is not None:
             self.read_into(rd, src, e)
         else:
@@ -237,16 +242,22 @@ class FunctionCompiler:
 
     def spill_regs(self, height: int, only: frozenset[Reg] | None = None) -> None:
         """Store register-homed slots below ``height`` to their spill locations (before leaving the region)."""
-        for i in range(min(height, len(STACK_REGS))):
-            r = STACK_REGS[i]
+        for i in range(min(height, len(self.stack_regs))):
+            r = self.stack_regs[i]
             if only is None or r in only:
                 self.emit(stx(8, FRAME, self.spill_off(i), r))
+        if only is None:  # leaving the region: locals kept in registers go back to the frame
+            for n, r in self.local_regs.items():
+                self.emit(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * n, r))
 
     def reload_regs(self, height: int, only: frozenset[Reg] | None = None) -> None:
-        for i in range(min(height, len(STACK_REGS))):
-            r = STACK_REGS[i]
+        for i in range(min(height, len(self.stack_regs))):
+            r = self.stack_regs[i]
             if only is None or r in only:
                 self.emit(ldx(8, r, FRAME, self.spill_off(i)))
+        if only is None:  # entering a region: locals kept in registers come from the frame
+            for n, r in self.local_regs.items():
+                self.emit(ldx(8, r, FRAME, abi.FRAME_LOCALS + abi.SLOT * n))
 
     # -- leaving the region ---------------------------------------------------------------------------------
     def leave_with_state(self, fp_delta_from_frame: bool, region: RegionKey | None = None,
@@ -353,7 +364,13 @@ class FunctionCompiler:
         self.frame_fixups.append((limit, "imm", -1))
         self.emit(limit)
         for i in range(self.func.num_params, len(self.func.locals)):
-            self.emit(st(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * i, 0))
+            if i not in self.local_regs:
+                self.emit(st(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * i, 0))
+        for n, r in self.local_regs.items():
+            if n < self.func.num_params:
+                self.emit(ldx(8, r, FRAME, abi.FRAME_LOCALS + abi.SLOT * n))
+            else:
+                self.emit(mov(r, 0))
 
     # -- dispatch over instructions -------------------------------------------------------------------------
     def lower(self, i: int, ins: Instr) -> int:
@@ -389,8 +406,10 @@ class FunctionCompiler:
         region = self.new_region()
         c = Ctl("loop", head, len(self.stack) - len(params), params, results, ins.end, region=region)
         self.ctls.append(c)
-        # the region entry (reached from the dispatcher) reloads the stack, then joins the head
-        self.emit(ja(head))
+        # Coming in, everything goes through the frame and back, exactly as at the region entry (reached from
+        # the dispatcher): values loaded from the arena are scalars the verifier does not know, so the loop's
+        # states converge instead of being walked iteration by iteration from known constants.
+        self.spill_regs(len(self.stack))
         self.code.label(self.region_label(region))
         self.reload_regs(len(self.stack))
         self.code.label(head)
@@ -680,7 +699,7 @@ class FunctionCompiler:
             slot = self.push(Slot(ft.results[j]))
             dst = self.dst(slot)
             self.emit(frame_insn(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
-            if home_reg(slot) is None:
+            if self.home(slot) is None:
                 self.emit(stx(8, FRAME, self.spill_off(slot), dst))
 
     def leaf_call(self, ft: FuncType, callee: int) -> None:
@@ -719,7 +738,7 @@ class FunctionCompiler:
             slot = self.push(Slot(ft.results[j]))
             dst = self.dst(slot)
             self.emit(frame_insn(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
-            if home_reg(slot) is None:
+            if self.home(slot) is None:
                 self.emit(stx(8, FRAME, self.spill_off(slot), dst))
 
     def propagate_label(self) -> str:
@@ -741,8 +760,9 @@ class FunctionCompiler:
         assert isinstance(n, int)
         slot = self.push(Slot(self.func.locals[n]))
         dst = self.dst(slot)
-        self.emit(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * n))
-        if home_reg(slot) is None:
+        lr = self.local_regs.get(n)
+        self.emit(mov(dst, lr) if lr is not None else ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * n))
+        if self.home(slot) is None:
             self.emit(stx(8, FRAME, self.spill_off(slot), dst))
         return i + 1
 
@@ -750,7 +770,10 @@ class FunctionCompiler:
         slot = len(self.stack) - 1
         e = self.stack[slot]
         off = abi.FRAME_LOCALS + abi.SLOT * n
-        if isinstance(e, Const) and fits_imm32(_sext_const(e)):
+        lr = self.local_regs.get(n)
+        if lr is not None:
+            self.read_into(lr, slot, e)
+        elif isinstance(e, Const) and fits_imm32(_sext_const(e)):
             self.emit(st(8, FRAME, off, _sext_const(e)))
         else:
             r = self.read(slot, e, T0)
@@ -786,7 +809,7 @@ class FunctionCompiler:
         base, off = self.global_addr(g)
         dst = self.dst(slot)
         self.emit(ldx(8, dst, base, off))
-        if home_reg(slot) is None:
+        if self.home(slot) is None:
             self.emit(stx(8, FRAME, self.spill_off(slot), dst))
         return i + 1
 

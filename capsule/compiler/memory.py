@@ -18,7 +18,7 @@ from capsule.wasm import Instr, MemArg, Op, ValType
 
 from . import abi
 from .ops import imm_of
-from .values import BPF_MEM_BYTES, BPF_RUNTIME, CALLER_SAVED, FRAME, T0, T1, Const, Slot, fits_imm32, home_reg
+from .values import BPF_MEM_BYTES, BPF_RUNTIME, CALLER_SAVED, FRAME, T0, T1, Const, Slot, fits_imm32
 from .values import FP as R10
 
 if TYPE_CHECKING:
@@ -129,8 +129,8 @@ def store(fc: FunctionCompiler, memarg: MemArg, size: int) -> None:
     if ra == T0:  # keep T0 free for the pointer
         fc.emit(stx(8, R10, -56, T0))
     rv = None
-    if imm is None and isinstance(v, Slot) and home_reg(vs) is not None:
-        rv = home_reg(vs)
+    if imm is None and isinstance(v, Slot) and fc.home(vs) is not None:
+        rv = fc.home(vs)
     if ra == T0:
         fc.emit(ldx(8, T1, R10, -56))
         ra = T1
@@ -172,7 +172,7 @@ def grow(fc: FunctionCompiler) -> None:
     fc.read_into(T0, slot, e)
     fail = fc.code.fresh(f"f{fc.index}.growfail")
     done = fc.code.fresh(f"f{fc.index}.growdone")
-    live = frozenset(r for r in CALLER_SAVED if _slot_of(r) is not None and _slot_of(r) < slot)  # type: ignore[operator]
+    live = frozenset(r for r in fc.stack_regs[:slot] if r in CALLER_SAVED)
     # new pages = old + n (64-bit: no wrap-around), at -56
     fc.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_PAGES), alu(Alu.ADD, T0, T1),
             stx(8, R10, -56, T0), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_MAX_PAGES),
@@ -206,12 +206,6 @@ def grow(fc: FunctionCompiler) -> None:
     fc.finish(slot, dst, I32)
 
 
-def _slot_of(reg: int) -> int | None:
-    from .values import STACK_REGS
-
-    return STACK_REGS.index(reg) if reg in STACK_REGS else None
-
-
 def bulk(fc: FunctionCompiler, fill: bool) -> None:
     """memory.fill (d, val, n) and memory.copy (d, s, n): bounds-checked as a whole, then a loop of 8-byte and
     1-byte steps that can be suspended by ``may_goto`` and resumed where it stopped (its state is the three
@@ -237,7 +231,7 @@ def bulk(fc: FunctionCompiler, fill: bool) -> None:
         return fc.read(k, fc.stack[k], temp)
 
     def put(k: int, r: int) -> None:
-        if home_reg(k) is None:
+        if fc.home(k) is None:
             fc.emit(stx(8, FRAME, fc.spill_off(k), r))
 
     # one step: 8 bytes when at least 8 remain (and, for a copy, forward or non-overlapping), else 1
@@ -290,7 +284,7 @@ def _bulk_step(fc, fill, width, d_s, s_s, n_s, reg, put, backward):  # type: ign
         fc.emit(addr_space_cast(T1, rs, 0, 1), ldx(width, T1, T1, 0), ldx(8, T0, R10, -56), stx(width, T0, 0, T1))
     # advance: n -= width; forward: d += width, s += width
     for k, delta in ((n_s, -width),) + (() if backward else ((d_s, width),) + (() if fill else ((s_s, width),))):
-        r = home_reg(k)
+        r = fc.home(k)
         if r is not None:
             fc.emit(alu(Alu.ADD, r, delta, w32=True))
         else:

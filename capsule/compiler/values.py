@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capsule.bpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, Reg
-from capsule.wasm import ValType
+from capsule.wasm import Function, Op, ValType
 
 from . import abi
 
@@ -74,8 +74,36 @@ class FrameLayout:
         return abi.FRAME_LOCALS + abi.SLOT * (self.nlocals + slot)
 
 
-def home_reg(slot: int) -> Reg | None:
-    return STACK_REGS[slot] if slot < len(STACK_REGS) else None
+LOCAL_REGS: tuple[Reg, ...] = (R6, R7)  # callee-saved: they survive calls to leaf functions
+_LOOP_WEIGHT = 8
+
+
+def register_plan(func: Function) -> tuple[dict[int, Reg], tuple[Reg, ...]]:
+    """Which locals live in registers, and which registers the operand stack gets.
+
+    Candidates are locals never written inside a loop (parameters, loop invariants): a local updated around a
+    loop would carry ever more exact values into the verifier's next pass over the loop (counters doubling,
+    pointers stepping) and its states would stop converging, where a local reloaded from the frame each
+    iteration is a scalar the verifier knows nothing about. Among candidates, the most used win (uses inside
+    loops count more); a local needs a few uses to pay for its load and store at region boundaries."""
+    uses: dict[int, int] = {}
+    written_in_loop: set[int] = set()
+    open_: list[int] = []  # opcodes of the open blocks, to know when the innermost loop ends
+    for ins in func.body:
+        if ins.op in (Op.BLOCK, Op.LOOP, Op.IF):
+            open_.append(ins.op)
+        elif ins.op == Op.END and open_:
+            open_.pop()
+        elif ins.op in (Op.LOCAL_GET, Op.LOCAL_SET, Op.LOCAL_TEE):
+            in_loop = Op.LOOP in open_
+            uses[ins.imm] = uses.get(ins.imm, 0) + (_LOOP_WEIGHT if in_loop else 1)  # type: ignore[index]
+            if in_loop and ins.op != Op.LOCAL_GET:
+                written_in_loop.add(ins.imm)  # type: ignore[arg-type]
+    ranked = sorted((kv for kv in uses.items() if kv[0] not in written_in_loop), key=lambda kv: (-kv[1], kv[0]))
+    hot = [n for n, c in ranked if c >= 3][: len(LOCAL_REGS)]
+    local_regs = {n: LOCAL_REGS[k] for k, n in enumerate(hot)}
+    taken = set(local_regs.values())
+    return local_regs, tuple(r for r in STACK_REGS if r not in taken)
 
 
 def fits_imm32(v: int) -> bool:
