@@ -170,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     from capsule.cli_compile import add_parsers as add_compile_parsers
 
     add_compile_parsers(sub)
+    from capsule.cli_opt import add_parsers as add_opt_parsers
+
+    add_opt_parsers(sub)
 
     from capsule.bench.loops import add_parser as add_bench_loops
 

@@ -1,0 +1,135 @@
+"""Running passes over programs and objects, optionally proving each pass's result in the kernel.
+
+``optimize_program`` applies passes one at a time. After each pass that changed something, the ``Checker``
+(if given) loads the candidate and runs it against the original program's recorded behaviour; a candidate
+that fails is dropped (the pass is rolled back for this program, the others keep their results) and the
+failure is recorded. The pipeline repeats while a round still improves the program (passes enable each
+other: merging leaves dead code, folding exposes merges).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from capsule.bpf.spec import ObjectSpec, ProgramSpec
+
+from .passes import DEFAULT_PASSES, PASSES, Pass
+from .rewrite import Code
+
+__all__ = ["PassRecord", "ProgramResult", "ObjectResult", "optimize_program", "optimize_object", "make_passes",
+           "count_slots"]
+
+
+def count_slots(ps: ProgramSpec) -> int:
+    """NI: instruction slots, as the kernel counts them (``ld_imm64`` is two)."""
+    return sum(i.slots() for i in ps.insns)
+
+
+@dataclass
+class PassRecord:
+    name: str
+    round: int
+    rewrites: int
+    before: int  # slots
+    after: int
+    accepted: bool
+    reason: str = ""  # why the checker refused it
+
+
+@dataclass
+class ProgramResult:
+    name: str
+    original: ProgramSpec
+    optimized: ProgramSpec
+    records: list[PassRecord] = field(default_factory=list)
+    seconds: float = 0.0  # time spent in the passes (not checking)
+    check_note: str = ""  # how the program was checked (e.g. "verified only: tracepoint")
+    before_stats: dict | None = None  # verifier/JIT figures, when checked
+    after_stats: dict | None = None
+
+    @property
+    def ni_before(self) -> int:
+        return count_slots(self.original)
+
+    @property
+    def ni_after(self) -> int:
+        return count_slots(self.optimized)
+
+    def rolled_back(self) -> list[PassRecord]:
+        return [r for r in self.records if not r.accepted]
+
+    def saved_by_pass(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.records:
+            if r.accepted:
+                out[r.name] = out.get(r.name, 0) + r.before - r.after
+        return out
+
+
+@dataclass
+class ObjectResult:
+    spec: ObjectSpec  # the optimised object
+    programs: dict[str, ProgramResult]
+
+
+# a checker: (program name, candidate) -> None when accepted, else the reason it was refused
+CheckFn = Callable[[str, ProgramSpec], "str | None"]
+
+
+def make_passes(names: Sequence[str] | None = None, extra: dict[str, Pass] | None = None) -> list[Pass]:
+    """Pass instances by name (default: every pass, in pipeline order). ``extra`` adds passes (tests)."""
+    chosen = list(names) if names is not None else list(DEFAULT_PASSES)
+    out: list[Pass] = []
+    for n in chosen:
+        if extra and n in extra:
+            out.append(extra[n])
+        elif n in PASSES:
+            out.append(PASSES[n]())
+        else:
+            raise ValueError(f"unknown pass {n!r} (known: {', '.join(PASSES)})")
+    return out
+
+
+def optimize_program(ps: ProgramSpec, passes: Sequence[Pass], check: CheckFn | None = None,
+                     max_rounds: int = 3) -> ProgramResult:
+    res = ProgramResult(ps.name, ps, ps)
+    current = ps
+    code = Code.from_program(ps)
+    spent = 0.0
+    for rnd in range(max_rounds):
+        improved = False
+        for p in passes:
+            t0 = time.perf_counter()
+            new_code, n = p.run(code, ps.type)
+            candidate = new_code.to_program(current) if n else current
+            spent += time.perf_counter() - t0
+            if not n:
+                continue
+            before, after = count_slots(current), count_slots(candidate)
+            reason = check(ps.name, candidate) if check is not None else None
+            rec = PassRecord(p.name, rnd, n, before, after, reason is None, reason or "")
+            res.records.append(rec)
+            if reason is None:
+                current, code = candidate, new_code
+                improved = improved or after < before
+        if not improved:
+            break
+    res.optimized = current
+    res.seconds = spent
+    return res
+
+
+def optimize_object(spec: ObjectSpec, passes: Sequence[Pass], check: CheckFn | None = None,
+                    programs: Sequence[str] | None = None) -> ObjectResult:
+    """Optimise every program (or the named ones); returns a new ``ObjectSpec`` and per-program results."""
+    out = replace(spec, programs=dict(spec.programs))
+    results: dict[str, ProgramResult] = {}
+    for name, ps in spec.programs.items():
+        if programs is not None and name not in programs:
+            continue
+        r = optimize_program(ps, passes, check)
+        results[name] = r
+        out.programs[name] = r.optimized
+    return ObjectResult(out, results)
