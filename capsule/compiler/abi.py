@@ -39,7 +39,8 @@ CTRL_MEM_BYTES = 8  # current memory size, bytes
 CTRL_MEM_MAX_PAGES = 16
 CTRL_COMMITTED = 24  # bytes of linear memory backed by arena pages
 CTRL_USER_BASE = 32  # the arena's user-space address (for bpf_arena_alloc_pages)
-CTRL_TABLE0_SIZE = 40
+CTRL_TABLE0_SIZE = 40  # u64 per table, MAX_TABLES of them
+CTRL_REALTIME_OFFSET = 128  # realtime clock minus boot-time clock, ns (written by the host)
 
 GLOBALS = RT_BASE + 0x1000  # 8 bytes per wasm global
 MAX_GLOBALS = (0x10_0000 - 0x1000) // 8
@@ -66,6 +67,8 @@ FIBER_INVOCATIONS = 56
 FIBER_RUN_COUNT = 64  # u64: regions run in the current invocation (profile without may_goto)
 FIBER_RUN_BUDGET = 72  # u64: the current invocation's budget (profile without may_goto)
 FIBER_TRAP_INLINED = 80  # u64: 1 + the function whose inlined body trapped inside the trapping one, else 0
+FIBER_RESUME = 88  # u64: the state a yielded fiber continues at
+FIBER_EXIT_CODE = 96  # u64: the code given to capsule.exit
 
 # the dispatcher's bounded loops in the profile without may_goto: regions per step, steps per round, rounds
 STEP_REGIONS = 32
@@ -81,7 +84,9 @@ SLOT = 8
 # region ids
 PHYS_BITS = 8
 MAX_PHYS = (1 << PHYS_BITS) - 1  # 255 physical functions; index 255 is never used for regions
-SPECIAL_BASE = 0xFFFF_FF00
+SPECIAL_BASE = 0xFFFF_FF00  # + a Trap code (below 0x80), or one of these:
+SPECIAL_YIELD = SPECIAL_BASE + 0x80
+SPECIAL_EXIT = SPECIAL_BASE + 0x81
 RETURN_TO_HOST = 0xFFFF_FFFF
 
 
@@ -125,6 +130,8 @@ class Status(IntEnum):
     PENDING = 1  # budget used up: continue with the same token
     TRAP = 2  # see FIBER_TRAP_* and the trap code in ctx.detail
     BAD_TOKEN = 3  # fiber index out of range or generation mismatch: nothing ran
+    YIELD = 4  # the guest called capsule.yield: serve it and continue with the same token
+    EXIT = 5  # the guest called capsule.exit; ctx.detail is the code and the fiber is idle again
 
 
 # the entry program's context (BPF_PROG_TEST_RUN ctx_in/ctx_out)

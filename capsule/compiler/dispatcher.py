@@ -171,9 +171,16 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
                   mov(R1, R9), ldx(8, R2, R10, -8), call("capsule_round"), mov(R9, R0), ja(loop))
     # outcomes: status in R0, detail in R2
     code.label(special)
-    code.emit(mov(R2, R9, w32=True), jmp(Jmp.JEQ, R2, abi.RETURN_TO_HOST, "run.done", w32=True))
+    code.emit(mov(R2, R9, w32=True), jmp(Jmp.JEQ, R2, abi.RETURN_TO_HOST, "run.done", w32=True),
+              jmp(Jmp.JEQ, R2, abi.SPECIAL_YIELD, "run.yield", w32=True),
+              jmp(Jmp.JEQ, R2, abi.SPECIAL_EXIT, "run.exit", w32=True))
     code.emit(alu(Alu.SUB, R2, abi.SPECIAL_BASE, w32=True), mov(R0, abi.Status.TRAP),
               mov(R1, R9), alu(Alu.RSH, R1, 32), stx(8, R7, abi.FIBER_TRAP_FP, R1), ja(out))
+    code.label("run.yield")  # the fiber continues where it yielded
+    code.emit(ldx(8, R9, R7, abi.FIBER_RESUME), mov(R0, abi.Status.YIELD), mov(R2, 0), ja(out))
+    code.label("run.exit")  # the fiber is idle again
+    code.emit(ldx(8, R2, R7, abi.FIBER_EXIT_CODE), mov(R9, abi.RETURN_TO_HOST, w32=True), mov(R0, abi.Status.EXIT),
+              ja(out))
     code.label("run.done")
     code.emit(mov(R0, abi.Status.DONE), mov(R2, 0), ja(out))
     code.label(pending)

@@ -624,8 +624,14 @@ class FunctionCompiler:
         assert isinstance(callee, int)
         ft = self.m.func_type(callee)
         if callee < self.m.num_imported_funcs:
+            from . import intrinsics
+
             imp = [x for x in self.m.imports if x.kind == 0][callee]
-            raise self.unsupported(f"call to imported function {imp.module}.{imp.name} (no host functions yet)")
+            why = intrinsics.check_import(imp.module, imp.name, ft)
+            if why is not None:
+                raise self.unsupported(f"call to imported function {imp.module}.{imp.name}: {why}")
+            intrinsics.lower(self, imp.name)
+            return i + 1
         if callee in self.info.leaves:
             self.leaf_call(ft, callee)
         else:

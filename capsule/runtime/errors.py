@@ -36,8 +36,18 @@ class GuestRejected(Exception):
         super().__init__(f"the verifier rejected {where}{at}: {reason}")
 
 
+class GuestExit(Exception):
+    """The guest ended the call with ``capsule.exit(code)`` (a C program's ``exit``)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        super().__init__(f"guest exited with status {code}")
+
+
 @dataclass(frozen=True)
 class Pending:
-    """The call used up its budget; ``Instance.resume(token)`` continues it."""
+    """The call stopped before finishing; ``Instance.resume(token)`` continues it. ``yielded`` tells a
+    ``capsule.yield`` (the guest wants the host: drain its output, give it input) from a used-up budget."""
 
     token: int
+    yielded: bool = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from capsule.kernel.consts import LogLevel
 from capsule.kernel.errors import VerifierError
 from capsule.wasm import ExternKind, Op
 
-from .errors import CallError, GuestRejected, GuestTrap, Pending
+from .errors import CallError, GuestExit, GuestRejected, GuestTrap, Pending
 
 C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
 BACKTRACE_DEPTH = 64  # frames listed in a trap's backtrace (walking a 16 MiB stack frame by frame takes seconds)
@@ -57,6 +58,8 @@ class Instance:
         self.stack_size: int = opts["stack_size"]
         self.imports = imports or {}
         self.stats = RunStats()
+        # called with (instance, fiber) when the guest yields to the host (capsule.yield), before resuming
+        self.on_yield: Callable[[Instance, int], None] | None = None
         t0 = time.perf_counter()
         try:
             self.coll = Collection.load(spec, log_level=log_level)
@@ -135,6 +138,7 @@ class Instance:
         self.set_u64(ctrl + abi.CTRL_MEM_MAX_PAGES, max(max_pages, total))
         self.set_u64(ctrl + abi.CTRL_COMMITTED, total * abi.WASM_PAGE)
         self.set_u64(ctrl + abi.CTRL_USER_BASE, self.arena.user_vm_start)
+        self.set_u64(ctrl + abi.CTRL_REALTIME_OFFSET, time.time_ns() - time.clock_gettime_ns(time.CLOCK_BOOTTIME))
         # globals
         gvals = []
         for item in meta["globals"]:
@@ -242,6 +246,8 @@ class Instance:
     def call_index(self, index: int, args: list[int], *, fiber: int = 0, budget: int = 1 << 62) -> list[int]:
         res = self.start(index, args, fiber=fiber, budget=budget)
         while isinstance(res, Pending):
+            if res.yielded and self.on_yield is not None:
+                self.on_yield(self, fiber)
             res = self.resume(res.token, budget=budget)
         return res
 
@@ -323,6 +329,11 @@ class Instance:
         self.stats.transitions += transitions
         if status == abi.Status.PENDING:
             return Pending((fiber << 32) | gen)
+        if status == abi.Status.YIELD:
+            return Pending((fiber << 32) | gen, yielded=True)
+        if status == abi.Status.EXIT:
+            code = detail & 0xFFFF_FFFF
+            raise GuestExit(code - (1 << 32) if code >> 31 else code)
         if status == abi.Status.BAD_TOKEN:
             raise CallError(f"the kernel refused the continuation for fiber {fiber} (stale generation)")
         index = self._calls[fiber]

@@ -1,0 +1,123 @@
+"""The functions a guest may import from module ``capsule``: lowered inline, they are how guest code reaches
+the host and the kernel (the guest's C runtime builds WASI on them).
+
+- ``yield: [] -> []``: suspend; the host sees status YIELD, serves the guest (drains output buffers, refills
+  input) and resumes the same call after the yield.
+- ``exit: [i32] -> []``: end the call now with this code (status EXIT).
+- ``clock_ns: [i32] -> [i64]``: 0 realtime (the boot-time clock plus an offset the host writes), 1 monotonic,
+  2 and 3 (process and thread CPU time) read the monotonic clock too.
+- ``random: [] -> [i32]``: 32 bits from ``bpf_get_prandom_u32``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from capsule.bpf.asm import alu, call_helper, ja, jmp, ldx, mov, stx
+from capsule.bpf.opcodes import Alu, Jmp
+from capsule.wasm import FuncType, ValType
+
+from . import abi
+from .values import BPF_FIBER, BPF_FP_SCALAR, BPF_RUNTIME, CALLER_SAVED, T0, T1, Slot
+from .values import FP as R10
+
+if TYPE_CHECKING:
+    from .function import FunctionCompiler
+
+HELPER_KTIME_GET_NS = 5
+HELPER_GET_PRANDOM_U32 = 7
+HELPER_KTIME_GET_BOOT_NS = 125
+
+SIGNATURES = {
+    "yield": FuncType((), ()),
+    "exit": FuncType((ValType.I32,), ()),
+    "clock_ns": FuncType((ValType.I32,), (ValType.I64,)),
+    "random": FuncType((), (ValType.I32,)),
+}
+MODULE = "capsule"
+
+
+def check_import(module: str, name: str, ft: FuncType) -> str | None:
+    """None if (module, name) is an intrinsic of this type, else why not."""
+    if module != MODULE:
+        return f"no host function {module}.{name} (a guest may import only capsule.*)"
+    want = SIGNATURES.get(name)
+    if want is None:
+        return f"no intrinsic capsule.{name} (there are: {', '.join(SIGNATURES)})"
+    if want != ft:
+        return f"capsule.{name} has type {want}, imported as {ft}"
+    return None
+
+
+def lower(fc: FunctionCompiler, name: str) -> None:
+    {"yield": _yield, "exit": _exit, "clock_ns": _clock, "random": _random}[name](fc)
+
+
+def _yield(fc: FunctionCompiler) -> None:
+    h = len(fc.stack)
+    fc.materialize_all()
+    fc.spill_regs(h)
+    cont = fc.new_region()
+    # where to resume: kept in the fiber record; the dispatcher restores it when it reports YIELD
+    fc.emit(ldx(8, T0, R10, BPF_FP_SCALAR), alu(Alu.LSH, T0, 32))
+    ins = mov(T1, 0, w32=True)
+    fc.code.region_ref(ins, cont)
+    fc.emit(ins, alu(Alu.OR, T0, T1), ldx(8, T1, R10, BPF_FIBER), stx(8, T1, abi.FIBER_RESUME, T0))
+    fc.leave_with_state(False, special=abi.SPECIAL_YIELD)
+    fc.code.label(fc.region_label(cont))
+    fc.reload_regs(h)
+
+
+def _exit(fc: FunctionCompiler) -> None:
+    slot, code = fc.pop()
+    r = fc.read(slot, code, T0)
+    fc.emit(ldx(8, T1, R10, BPF_FIBER), stx(8, T1, abi.FIBER_EXIT_CODE, r))
+    fc.leave_with_state(False, special=abi.SPECIAL_EXIT)
+    fc.dead = True
+
+
+def _helper_call(fc: FunctionCompiler, below: int, emit_call) -> None:  # type: ignore[no-untyped-def]
+    """Call a helper with the caller-saved stack registers below ``below`` saved around it; result in T0."""
+    fc.materialize_all()
+    fc.spill_regs(below, only=CALLER_SAVED)
+    emit_call()
+    fc.reload_regs(below, only=CALLER_SAVED)
+
+
+def _clock(fc: FunctionCompiler) -> None:
+    slot, clock = fc.pop()
+    fc.push(clock)
+    fc.materialize(slot)
+    r = fc.read(slot, fc.stack[slot], T1)
+    fc.emit(stx(8, R10, -64, r))  # the clock id survives the helper call on the BPF stack
+    fc.stack.pop()
+
+    def emit_call() -> None:
+        mono = fc.code.fresh(f"f{fc.index}.clk")
+        done = fc.code.fresh(f"f{fc.index}.clkd")
+        fc.emit(ldx(8, T1, R10, -64), jmp(Jmp.JNE, T1, 0, mono, w32=True),
+                call_helper(HELPER_KTIME_GET_BOOT_NS), ldx(8, T1, R10, BPF_RUNTIME),
+                ldx(8, T1, T1, abi.CTRL_REALTIME_OFFSET), alu(Alu.ADD, T0, T1), ja(done))
+        fc.code.label(mono)
+        fc.emit(call_helper(HELPER_KTIME_GET_NS))
+        fc.code.label(done)
+        fc.emit(stx(8, R10, -64, T0))
+
+    _helper_call(fc, slot, emit_call)
+    slot = fc.push(Slot(ValType.I64))
+    dst = fc.dst(slot)
+    fc.emit(ldx(8, dst, R10, -64))
+    fc.finish(slot, dst, ValType.I64)
+
+
+def _random(fc: FunctionCompiler) -> None:
+    below = len(fc.stack)
+
+    def emit_call() -> None:
+        fc.emit(call_helper(HELPER_GET_PRANDOM_U32), mov(T0, T0, w32=True), stx(8, R10, -64, T0))
+
+    _helper_call(fc, below, emit_call)
+    slot = fc.push(Slot(ValType.I32))
+    dst = fc.dst(slot)
+    fc.emit(ldx(8, dst, R10, -64))
+    fc.finish(slot, dst, ValType.I32)
