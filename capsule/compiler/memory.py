@@ -222,7 +222,9 @@ def bulk(fc: FunctionCompiler, fill: bool) -> None:
     region = fc.new_region()
     head = fc.code.fresh(f"f{fc.index}.bulk")
     out = fc.code.fresh(f"f{fc.index}.bulkend")
-    fc.emit(ja(head))
+    # enter through the frame, as a resumed loop does: the three operands become scalars the verifier does
+    # not know, so the loop's states converge instead of being walked from constant counts
+    fc.spill_regs(h)
     fc.code.label(fc.region_label(region))
     fc.reload_regs(h)
     fc.code.label(head)

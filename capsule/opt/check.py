@@ -15,6 +15,7 @@ everything else.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from capsule.bpf.opcodes import Class
@@ -125,13 +126,20 @@ class Checker:
             inputs = [(b"", c) for c in context_buffers(ctx_size)]
         else:
             inputs = [(p, None) for p in packets()]
-        for data, ctx in inputs:
-            try:
-                r = prog.test_run(data, ctx)
-                row: tuple = (r.retval, r.data_out, r.ctx_out)
-            except BPFError as e:
-                row = ("error", e.errno)
-            out.append((row, _dump(maps)))
+        # test runs execute on the calling CPU: pin it, or per-CPU maps would differ between the two sides
+        # only because the scheduler moved this thread
+        cpus = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(cpus)})
+        try:
+            for data, ctx in inputs:
+                try:
+                    r = prog.test_run(data, ctx)
+                    row: tuple = (r.retval, r.data_out, r.ctx_out)
+                except BPFError as e:
+                    row = ("error", e.errno)
+                out.append((row, _dump(maps)))
+        finally:
+            os.sched_setaffinity(0, cpus)
         return out
 
     # -- the public checks -----------------------------------------------------------------------------
