@@ -94,6 +94,7 @@ class ModuleInfo:
     stack_pointer_global: int | None  # the C shadow-stack pointer: kept per fiber
     imported_funcs: int = 0
     leaves: frozenset[int] = frozenset()  # functions compiled as plain BPF functions
+    library_used: set[str] = field(default_factory=set)  # soft-float functions the code calls
     # function -> (first, end, callee): body ranges that are an inlined callee's body (for backtraces)
     inlined: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
 

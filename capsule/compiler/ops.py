@@ -136,7 +136,10 @@ def lower(fc: FunctionCompiler, i: int, ins: Instr) -> int | None:
         fc.push(Const(I32, 0))
         return compare(fc, i, Jmp.JEQ, True)
     else:
-        return memory.lower(fc, i, ins)
+        from . import floats
+
+        nxt = floats.lower(fc, i, ins)
+        return nxt if nxt is not None else memory.lower(fc, i, ins)
     return i + 1
 
 

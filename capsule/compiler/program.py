@@ -20,6 +20,7 @@ from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, U
 from . import abi
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, chain_label, entry_program, leaf_name, phys_name, phys_prologue
+from .floats import LIB_PREFIX
 from .function import CHAIN, CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
 from .inline import inline_small_functions
 from .memory import ARENA_MAP
@@ -64,7 +65,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     leaf_code = [f for f in lowered if f.index in info.leaves]
     # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it
     regional = [leaf_stub(f) if f.index in info.leaves else f for f in lowered]
-    packing = pack(regional, opt, max_phys=MAX_SUBPROGRAMS - 1 - len(BOUNDED_FUNCS) - len(leaf_code))
+    packing = pack(regional, opt, max_phys=MAX_SUBPROGRAMS - 1 - len(BOUNDED_FUNCS) - len(leaf_code)
+                                        - len(info.library_used))
 
     total = Code()
     total.append(entry_program(len(packing.phys), opt.fibers, opt.may_goto))
@@ -87,6 +89,10 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         func_starts.append((len(total), f.index))
         starts.append(leaf_name(f.index))
         total.append(f.code)
+    library = _library_functions(info.library_used)
+    for name, code in library.items():
+        starts.append(LIB_PREFIX + name)
+        total.append(code)
     insns = total.assemble(packing.region_ids)
 
     btf = BTF()
@@ -99,7 +105,13 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     if not opt.may_goto:
         starts = [*BOUNDED_FUNCS, *starts]
     for name in starts:
-        func_infos.append(FuncInfo(slots[total.labels[name]], btf.add_func(name, phys_proto)))
+        if name.startswith(LIB_PREFIX):
+            from capsule.guest.softfloat import add_to_btf, library
+
+            type_id = add_to_btf(btf, library()[name.removeprefix(LIB_PREFIX)])
+        else:
+            type_id = btf.add_func(name, phys_proto)
+        func_infos.append(FuncInfo(slots[total.labels[name]], type_id))
 
     meta, data = describe(module, opt, types, lowered, packing, info)
     meta["code_ranges"] = [[slots[i], f] for i, f in func_starts]
@@ -113,6 +125,24 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         license="GPL",
         extra_sections={META_SECTION: json.dumps(meta, separators=(",", ":")).encode(), DATA_SECTION: data},
     )
+
+
+def _library_functions(names: set[str]) -> dict[str, Code]:
+    """The soft-float functions the code calls, each a global function of its own (verified once)."""
+    if not names:
+        return {}
+    from dataclasses import replace as copy
+
+    from capsule.guest.softfloat import library
+
+    lib = library()
+    out = {}
+    for name in sorted(names):
+        code = Code()
+        code.label(LIB_PREFIX + name)
+        code.emit(*(copy(i) for i in lib[name].insns))
+        out[name] = code
+    return out
 
 
 def _check_module(m: Module) -> None:
