@@ -52,34 +52,12 @@ def leaf_name(func: int) -> str:
     return f"capsule_leaf_{func}"
 
 
-def phys_prologue(code: Code, p: int, region_labels: list[str], chain: bool) -> None:
-    """Entry of physical function ``p``: r1 = state, r2 = fiber address. Region ``q`` is ``region_labels[q]``.
-
-    With ``chain``, regions continue at a next state in the same physical function without returning to the
-    dispatcher: ``chain_label(p)`` checks the state names this function, charges the fiber's budget, passes
-    ``may_goto`` (which bounds the loop this makes for the verifier) and re-enters the compare tree."""
-    reenter, leave = f"p{p}.reenter", f"p{p}.leave"
+def phys_prologue(code: Code, p: int, region_labels: list[str]) -> None:
+    """Entry of physical function ``p``: r1 = state, r2 = fiber address. Region ``q`` is ``region_labels[q]``."""
     code.label(phys_name(p))
-    code.emit(*fiber_setup(R2))
-    code.label(reenter)
-    code.emit(mov(R3, R1), alu(Alu.RSH, R3, 32), *fp_setup(R3), mov(T0, R1, w32=True), alu(Alu.RSH, T0, abi.PHYS_BITS))
+    code.emit(*fiber_setup(R2), mov(R3, R1), alu(Alu.RSH, R3, 32), *fp_setup(R3),
+              mov(T0, R1, w32=True), alu(Alu.RSH, T0, abi.PHYS_BITS))
     _tree(code, T0, region_labels, 0, len(region_labels), f"p{p}")
-    if chain:
-        code.label(chain_label(p))
-        code.emit(mov(R2, R1, w32=True), alu(Alu.AND, R2, (1 << abi.PHYS_BITS) - 1, w32=True),
-                  jmp(Jmp.JNE, R2, p, leave, w32=True),
-                  ldx(8, R2, R10, BPF_FIBER), ldx(8, R3, R2, abi.FIBER_RUN_BUDGET), jmp(Jmp.JEQ, R3, 0, leave),
-                  alu(Alu.SUB, R3, 1), stx(8, R2, abi.FIBER_RUN_BUDGET, R3),
-                  may_goto(f"p{p}.expire"), ja(reenter))
-        code.label(f"p{p}.expire")  # may_goto fired: end the invocation (the dispatcher sees a zero budget)
-        code.emit(ldx(8, R2, R10, BPF_FIBER), ldx(8, R3, R2, abi.FIBER_RUN_BUDGET),
-                  stx(8, R2, abi.FIBER_RUN_COUNT, R3), st(8, R2, abi.FIBER_RUN_BUDGET, 0))
-        code.label(leave)
-        code.emit(mov(R0, R1), exit_())
-
-
-def chain_label(p: int) -> str:
-    return f"p{p}.chain"
 
 
 def fp_setup(fp: Reg) -> list[Insn]:

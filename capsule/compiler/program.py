@@ -19,9 +19,9 @@ from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, U
 
 from . import abi
 from .code import Code, RegionKey
-from .dispatcher import BOUNDED_FUNCS, chain_label, entry_program, leaf_name, phys_name, phys_prologue
+from .dispatcher import BOUNDED_FUNCS, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
-from .function import CHAIN, CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
+from .function import CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
 from .inline import inline_small_functions
 from .memory import ARENA_MAP
 from .options import Options
@@ -75,14 +75,9 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     for p, funcs in enumerate(packing.phys):
         pc = Code()
         labels = [FunctionCompiler.region_label(k) for f in funcs for k in f.regions]
-        # the chain stub only where some region uses it: the verifier refuses unreachable code
-        chains = any(ins.ref == CHAIN for f in funcs for ins in f.code.insns)
-        phys_prologue(pc, p, labels, chain=chains)
+        phys_prologue(pc, p, labels)
         for f in funcs:
             func_starts.append((len(total) + len(pc), f.index))
-            for ins in f.code.insns:
-                if ins.ref == CHAIN:
-                    ins.ref = chain_label(p)
             pc.append(f.code)
         total.append(pc)
     for f in leaf_code:
