@@ -9,12 +9,21 @@ import sys
 import time
 from pathlib import Path
 
+C_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".C")
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("build", help="compile a WebAssembly module to a BPF object",
-                       description="Compile a wasm32 module to a BPF object of regions run by capsule's dispatcher.")
-    s.add_argument("input", help="a .wasm module")
-    s.add_argument("-o", "--output", help="the BPF object to write (default: INPUT with .bpf.o)")
+    s = sub.add_parser("build", help="compile C/C++ sources or a WebAssembly module to a BPF object",
+                       description="Compile C/C++ sources (clang-19 to wasm32-wasi with capsule's WASI runtime) or a "
+                                   "wasm32 module to a BPF object of regions run by capsule's dispatcher.")
+    s.add_argument("inputs", nargs="+", metavar="SRC", help="a .wasm module, or .c/.cc/.cpp sources")
+    s.add_argument("-o", "--output", help="the BPF object to write (default: the first input with .bpf.o)")
+    c = s.add_argument_group("C/C++ flags (passed to clang)")
+    c.add_argument("-I", dest="cflags", action="append", type=lambda v: "-I" + v, default=[], metavar="DIR")
+    c.add_argument("-D", dest="cflags", action="append", type=lambda v: "-D" + v, metavar="NAME[=VALUE]")
+    c.add_argument("-O", dest="cflags", action="append", type=lambda v: "-O" + v, metavar="LEVEL")
+    c.add_argument("-l", dest="cflags", action="append", type=lambda v: "-l" + v, metavar="LIB")
+    c.add_argument("--cflag", dest="cflags", action="append", metavar="FLAG", help="any other clang flag")
     _build_options(s)
     s.set_defaults(func=cmd_build)
 
@@ -88,11 +97,25 @@ def compile_wasm(path: Path, args: argparse.Namespace):  # type: ignore[no-untyp
 def cmd_build(args: argparse.Namespace) -> int:
     from capsule.bpf.elf_write import write_object
 
-    src = Path(args.input)
+    srcs = [Path(p) for p in args.inputs]
+    src = srcs[0]
     out = Path(args.output) if args.output else src.with_suffix(".bpf.o")
     t0 = time.perf_counter()
-    spec = compile_wasm(src, args)
-    write_object(spec, out)
+    if any(p.suffix in C_SUFFIXES for p in srcs):
+        from capsule.bpf.elf import read_object
+        from capsule.cli_run import build_c_object
+        from capsule.wasm import WasmError
+
+        try:
+            build_c_object(srcs, list(args.cflags or []), out, _options(args))
+        except WasmError as e:
+            raise SystemExit(f"capsule: {src}: {e}") from None
+        spec = read_object(out)
+    elif len(srcs) > 1:
+        raise SystemExit("capsule: give one .wasm module, or C/C++ sources")
+    else:
+        spec = compile_wasm(src, args)
+        write_object(spec, out)
     prog = spec.programs["capsule_run"]
     print(f"{out}: {sum(i.slots() for i in prog.insns)} BPF instructions, {len(prog.func_infos) - 1} physical "
           f"functions, built in {time.perf_counter() - t0:.2f} s")

@@ -93,8 +93,15 @@ def test_disasm_text_matches_llvm_objdump() -> None:
     assert [o for o, t in pairs if not differs.match(t)] == [t for o, t in pairs if not differs.match(t)]
 
 
-def test_demo_runs_and_agrees_with_reference() -> None:
+def test_c_demo_runs_in_the_kernel_and_matches_native() -> None:
     res = capsule("demo")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "identical output" in res.stdout and "capsule (kernel)" in res.stdout
+    assert "primes below 2000000: 148933" in res.stdout
+
+
+def test_packet_demo_runs_and_agrees_with_reference() -> None:
+    res = capsule("demo", "--packet")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "all verdicts match the reference" in res.stdout
     assert "XDP_DROP" in res.stdout and "processed" in res.stdout

@@ -1,0 +1,217 @@
+"""C and C++ to wasm32-wasi with capsule's guest runtime linked in, cached by content hash.
+
+The program is compiled by clang-19 (``--target=wasm32-wasi``, Debian's wasi-libc sysroot, libc++ without
+exceptions for C++) and linked with capsule's WASI runtime (``capsule/guest``): the runtime defines every
+``__imported_wasi_snapshot_preview1_*`` function wasi-libc calls, so the result imports nothing but the four
+``capsule.*`` intrinsics the compiler lowers inline. User flags pass through to clang (``-I -D -O -l -L -W
+-std=...``).
+
+Builds are cached under ``~/.cache/capsule/build`` (``$CAPSULE_CACHE`` or ``$XDG_CACHE_HOME`` move it): the
+key hashes the sources, flags, runtime sources and clang's version; a hit is only used when every file the
+last build read (headers included, from clang's dependency output) still has the same content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from capsule.toolchain import ToolchainError
+
+GUEST_DIR = Path(__file__).resolve().parent / "guest"
+RUNTIME_SOURCES = (
+    GUEST_DIR / "wasi" / "wasi_io.c",
+    GUEST_DIR / "wasi" / "memfs.c",
+    GUEST_DIR / "wasi" / "memfs_path.c",
+    GUEST_DIR / "crt" / "start.c",
+)
+TARGET = "wasm32-wasi"
+CXX_SUFFIXES = {".cc", ".cpp", ".cxx", ".c++", ".C"}
+C_SUFFIXES = {".c"}
+DEFAULT_STACK = 1 << 20  # the C shadow stack (wasm-ld's default of 64 KiB overflows ordinary programs)
+DEFAULT_MAX_MEMORY = 1 << 30  # memory.grow fails past this, so malloc returns NULL instead of exhausting the host
+BUILD_VERSION = 1  # bump when the build recipe changes, so old cache entries are not reused
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    wasm: Path
+    cached: bool
+    diagnostics: str  # clang's warnings (empty when cached)
+
+
+def is_source(path: str | Path) -> bool:
+    p = Path(path)
+    return p.suffix in C_SUFFIXES or p.suffix in CXX_SUFFIXES
+
+
+def cache_dir() -> Path:
+    if os.environ.get("CAPSULE_CACHE"):
+        return Path(os.environ["CAPSULE_CACHE"]) / "build"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "capsule" / "build"
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise ToolchainError(f"{name} is not installed (run scripts/setup.sh to install the toolchain)")
+    return path
+
+
+@cache
+def _clang_version() -> str:
+    res = subprocess.run([_tool("clang-19"), "--version"], capture_output=True, text=True, check=False)
+    return res.stdout.splitlines()[0] if res.stdout else "?"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def runtime_digest() -> str:
+    """The content hash of the guest runtime (its sources and headers)."""
+    h = hashlib.sha256()
+    for p in sorted([*(GUEST_DIR / "wasi").rglob("*"), *(GUEST_DIR / "crt").rglob("*")]):
+        if p.suffix in (".c", ".h"):
+            h.update(p.relative_to(GUEST_DIR).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def wasm_flags(cxx: bool) -> list[str]:
+    flags = [f"--target={TARGET}", f"-I{GUEST_DIR / 'crt'}"]
+    if cxx:
+        flags += ["-fno-exceptions"]
+    return flags
+
+
+def _compile(src: Path, obj: Path, flags: Sequence[str], cxx: bool) -> tuple[str, list[Path]]:
+    """Compile one source; return clang's diagnostics and the files it read."""
+    dep = obj.with_suffix(".d")
+    compiler = _tool("clang++-19" if cxx else "clang-19")
+    cmd = [compiler, *wasm_flags(cxx), *flags, "-MD", "-MF", str(dep), "-c", str(src), "-o", str(obj)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise ToolchainError(f"{src.name} does not compile:\n{res.stderr.rstrip()}")
+    return res.stderr, _read_deps(dep)
+
+
+def _read_deps(dep: Path) -> list[Path]:
+    text = dep.read_text().replace("\\\n", " ")
+    _, _, rest = text.partition(":")
+    return [Path(tok) for tok in rest.split() if tok]
+
+
+def _link_flags(user: Sequence[str]) -> list[str]:
+    """The flags of the final link: only those that mean something to the linker reach it."""
+    keep = [f for f in user if f.startswith(("-l", "-L", "-Wl,", "-O", "-g", "-f", "-m"))]
+    out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}"]
+    if not any("--max-memory" in f for f in user):
+        out.append(f"-Wl,--max-memory={DEFAULT_MAX_MEMORY}")
+    return out + keep
+
+
+def build_wasm(sources: Sequence[str | Path], flags: Sequence[str] = (), *, output: str | Path | None = None,
+               cache: Path | None = None) -> BuildResult:
+    """Build C/C++ ``sources`` (plus capsule's guest runtime) into a wasm32-wasi module.
+
+    ``flags`` go to clang for every source and, where they concern linking (``-l``, ``-L``, ``-Wl,``), to the
+    link. Raises ToolchainError with clang's diagnostics when a source does not compile or link. ``output``
+    gets a copy of the result; the result itself lives in the cache.
+    """
+    srcs = [Path(s) for s in sources]
+    if not srcs:
+        raise ToolchainError("no source files given")
+    for s in srcs:
+        if not s.is_file():
+            raise ToolchainError(f"{s}: no such file")
+        if not is_source(s):
+            raise ToolchainError(f"{s}: not a C or C++ source (.c, .cc, .cpp, .cxx)")
+    cxx = any(s.suffix in CXX_SUFFIXES for s in srcs)
+    flags = list(flags)
+    root = cache or cache_dir()
+    h = hashlib.sha256()
+    h.update(json.dumps([BUILD_VERSION, _clang_version(), runtime_digest(), flags, cxx]).encode())
+    for s in srcs:
+        h.update(s.name.encode() + b"\0" + _sha(s.read_bytes()).encode())
+    key = h.hexdigest()[:32]
+    wasm = root / f"{key}.wasm"
+    manifest = root / f"{key}.json"
+    if wasm.is_file() and manifest.is_file() and _deps_unchanged(manifest):
+        _copy_out(wasm, output)
+        return BuildResult(wasm, True, "")
+    root.mkdir(parents=True, exist_ok=True)
+    diagnostics: list[str] = []
+    deps: set[Path] = set()
+    with tempfile.TemporaryDirectory(prefix="capsule-build-") as tmp:
+        objs = []
+        for i, s in enumerate(srcs):
+            obj = Path(tmp) / f"{i}-{s.stem}.o"
+            diag, read = _compile(s, obj, flags, s.suffix in CXX_SUFFIXES)
+            diagnostics.append(diag)
+            deps.update(read)
+            objs.append(obj)
+        objs += runtime_objects(root)
+        linker = _tool("clang++-19" if cxx else "clang-19")
+        part = Path(tmp) / "out.wasm"
+        cmd = [linker, *wasm_flags(cxx), *_link_flags(flags), *map(str, objs), "-o", str(part)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode:
+            raise ToolchainError(f"linking {', '.join(s.name for s in srcs)} failed:\n{res.stderr.rstrip()}")
+        diagnostics.append(res.stderr)
+        os.replace(part, wasm)
+    record = {str(d.resolve()): _sha(d.read_bytes()) for d in deps if d.is_file()}
+    manifest.write_text(json.dumps({"deps": record}))
+    _copy_out(wasm, output)
+    return BuildResult(wasm, False, "".join(diagnostics))
+
+
+def _deps_unchanged(manifest: Path) -> bool:
+    try:
+        deps = json.loads(manifest.read_text())["deps"]
+        return all(_sha(Path(p).read_bytes()) == digest for p, digest in deps.items())
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _copy_out(wasm: Path, output: str | Path | None) -> None:
+    if output is not None:
+        shutil.copyfile(wasm, output)
+
+
+def runtime_objects(root: Path | None = None) -> list[Path]:
+    """The guest runtime compiled to wasm objects (cached by the runtime's content hash)."""
+    d = (root or cache_dir()) / f"runtime-{runtime_digest()[:16]}"
+    objs = [d / f"{src.stem}.o" for src in RUNTIME_SOURCES]
+    if all(o.is_file() for o in objs):
+        return objs
+    d.mkdir(parents=True, exist_ok=True)
+    for src, obj in zip(RUNTIME_SOURCES, objs, strict=True):
+        part = obj.with_suffix(f".{os.getpid()}.part")
+        cmd = [_tool("clang-19"), *wasm_flags(False), "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode:
+            raise ToolchainError(f"capsule's guest runtime does not compile ({src.name}):\n{res.stderr.rstrip()}")
+        os.replace(part, obj)
+    return objs
+
+
+def build_native(sources: Sequence[str | Path], output: str | Path, flags: Sequence[str] = ()) -> Path:
+    """Build the same sources natively with gcc/g++ (the reference capsule's output is compared with)."""
+    srcs = [Path(s) for s in sources]
+    cxx = any(s.suffix in CXX_SUFFIXES for s in srcs)
+    compiler = _tool("g++" if cxx else "gcc")
+    extra = ["-fno-exceptions"] if cxx else []
+    cmd = [compiler, *extra, f"-I{GUEST_DIR / 'crt'}", *flags, *map(str, srcs), "-o", str(output), "-lm"]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise ToolchainError(f"{compiler} could not build {', '.join(s.name for s in srcs)}:\n{res.stderr.rstrip()}")
+    return Path(output)
