@@ -32,6 +32,7 @@ RUNTIME_SOURCES = (
     GUEST_DIR / "wasi" / "memfs.c",
     GUEST_DIR / "wasi" / "memfs_path.c",
     GUEST_DIR / "crt" / "start.c",
+    GUEST_DIR / "crt" / "sjlj.c",
 )
 TARGET = "wasm32-wasi"
 CXX_SUFFIXES = {".cc", ".cpp", ".cxx", ".c++", ".C"}
@@ -80,14 +81,18 @@ def _sha(data: bytes) -> str:
 def runtime_digest() -> str:
     """The content hash of the guest runtime (its sources and headers)."""
     h = hashlib.sha256()
-    for p in sorted([*(GUEST_DIR / "wasi").rglob("*"), *(GUEST_DIR / "crt").rglob("*")]):
+    for p in sorted([*(GUEST_DIR / "wasi").rglob("*"), *(GUEST_DIR / "crt").rglob("*"),
+                     *(GUEST_DIR / "include").rglob("*")]):
         if p.suffix in (".c", ".h"):
             h.update(p.relative_to(GUEST_DIR).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
 def wasm_flags(cxx: bool) -> list[str]:
-    flags = [f"--target={TARGET}", f"-I{GUEST_DIR / 'crt'}"]
+    # include/ first: it has what wasi-libc lacks (setjmp.h); setjmp/longjmp are lowered by clang (emscripten
+    # sjlj) onto invoke_* imports the compiler turns into unwind-catching calls
+    flags = [f"--target={TARGET}", f"-I{GUEST_DIR / 'include'}", f"-I{GUEST_DIR / 'crt'}",
+             "-mllvm", "-enable-emscripten-sjlj", "-Wno-unused-command-line-argument"]
     if cxx:
         flags += ["-fno-exceptions"]
     return flags
@@ -113,7 +118,8 @@ def _read_deps(dep: Path) -> list[Path]:
 def _link_flags(user: Sequence[str]) -> list[str]:
     """The flags of the final link: only those that mean something to the linker reach it."""
     keep = [f for f in user if f.startswith(("-l", "-L", "-Wl,", "-O", "-g", "-f", "-m"))]
-    out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}"]
+    # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through
+    out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table"]
     if not any("--max-memory" in f for f in user):
         out.append(f"-Wl,--max-memory={DEFAULT_MAX_MEMORY}")
     return out + keep

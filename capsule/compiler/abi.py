@@ -103,6 +103,7 @@ class Trap(IntEnum):
     TABLE_OUT_OF_BOUNDS = 8
     STACK_OVERFLOW = 9
     UNDEFINED_ELEMENT = 10
+    UNCAUGHT_LONGJMP = 11
 
     @property
     def message(self) -> str:
@@ -120,6 +121,7 @@ _TRAP_TEXT = {
     Trap.TABLE_OUT_OF_BOUNDS: "out of bounds table access",
     Trap.STACK_OVERFLOW: "call stack exhausted",
     Trap.UNDEFINED_ELEMENT: "undefined element",
+    Trap.UNCAUGHT_LONGJMP: "longjmp with no setjmp to return to",
 }
 
 

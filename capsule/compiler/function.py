@@ -626,6 +626,9 @@ class FunctionCompiler:
             from . import intrinsics
 
             imp = [x for x in self.m.imports if x.kind == 0][callee]
+            if imp.module == "env" and imp.name.startswith("invoke_") and ft.params[:1] == (ValType.I32,):
+                self.invoke(ft)
+                return i + 1
             why = intrinsics.check_import(imp.module, imp.name, ft)
             if why is not None:
                 raise self.unsupported(f"call to imported function {imp.module}.{imp.name}: {why}")
@@ -641,6 +644,23 @@ class FunctionCompiler:
         type_index, table = ins.imm  # type: ignore[misc]
         ft = self.m.types[type_index]
         slot, idx = self.pop()
+        self.indirect_target(slot, idx, ft, table)
+        self.call_sequence(ft, None, BPF_CALL_REGION)
+        return i + 1
+
+    def invoke(self, ft: FuncType) -> None:
+        """``invoke_*(fn, args...)`` (clang's setjmp/longjmp lowering): call table[fn] with the arguments in a
+        frame an unwind stops at; after a longjmp the call returns as if normally and the caller looks at
+        ``__THREW__``."""
+        callee_type = FuncType(ft.params[1:], ft.results)
+        h = len(self.stack)
+        fn_slot = h - len(ft.params)
+        self.materialize(fn_slot)
+        self.indirect_target(fn_slot, self.stack[fn_slot], callee_type, 0)
+        self.call_sequence(callee_type, None, BPF_CALL_REGION, consumed_below=1, catch=True)
+
+    def indirect_target(self, slot: int, idx: Entry, ft: FuncType, table: int) -> None:
+        """Check table[idx] (in range, not null, of type ``ft``) and leave its entry region at BPF_CALL_REGION."""
         r = self.read(slot, idx, T0)
         if r != T0:
             self.emit(mov(T0, r))
@@ -655,14 +675,21 @@ class FunctionCompiler:
         self.emit(alu(Alu.SUB, T0, 1), alu(Alu.LSH, T0, 3), alu(Alu.ADD, T0, abi.FUNC_INFO - abi.RT_BASE),
                   ldx(8, T1, R10, BPF_RUNTIME), alu(Alu.ADD, T1, T0), ldx(8, T0, T1, 0),
                   mov(T1, T0), alu(Alu.RSH, T1, 32))
-        self.emit(jmp(Jmp.JNE, T1, self.info.type_ids[ft], self.trap_label(abi.Trap.INDIRECT_TYPE)))
+        type_id = self.info.type_ids.get(ft)
+        if type_id is None:  # no function of the module has this type: every such call is a mismatch
+            self.trap(abi.Trap.INDIRECT_TYPE)
+        else:
+            self.emit(jmp(Jmp.JNE, T1, type_id, self.trap_label(abi.Trap.INDIRECT_TYPE)))
         # the callee's entry region is in the low half of T0; keep it on the BPF stack across the stores
         self.emit(stx(8, R10, BPF_CALL_REGION, T0))
-        self.call_sequence(ft, None, BPF_CALL_REGION)
-        return i + 1
 
-    def call_sequence(self, ft: FuncType, callee: RegionKey | None, region_on_stack: int | None) -> None:
-        """Build the callee's frame after ours, save our stack, and continue at the callee's entry region."""
+    def call_sequence(self, ft: FuncType, callee: RegionKey | None, region_on_stack: int | None, *,
+                      consumed_below: int = 0, catch: bool = False) -> None:
+        """Build the callee's frame after ours, save our stack, and continue at the callee's entry region.
+
+        ``consumed_below`` more slots under the arguments are consumed too (an invoke's function pointer).
+        With ``catch`` the callee's frame is marked as one an unwind (longjmp) stops at: its header keeps the
+        C stack pointer, or'ed with 1, in the word after the return region."""
         k, m = len(ft.params), len(ft.results)
         h = len(self.stack)
         base = h - k
@@ -681,7 +708,17 @@ class FunctionCompiler:
         self.emit(ldx(8, T0, R10, BPF_FP_SCALAR), frame_insn(stx(8, FRAME, abi.FRAME_CALLER, T0)))
         ins = st(4, FRAME, abi.FRAME_RETURN, 0)
         self.code.region_ref(ins, cont)
-        self.emit(frame_insn(ins), frame_insn(st(4, FRAME, abi.FRAME_RETURN + 4, 0)))
+        self.emit(frame_insn(ins))
+        if catch:
+            sp = self.info.stack_pointer_global
+            if sp is not None:
+                base_reg, off = self.global_addr(sp)
+                self.emit(ldx(8, T0, base_reg, off), alu(Alu.OR, T0, 1, w32=True))
+            else:
+                self.emit(mov(T0, 1))
+            self.emit(frame_insn(stx(4, FRAME, abi.FRAME_RETURN + 4, T0)))
+        else:
+            self.emit(frame_insn(st(4, FRAME, abi.FRAME_RETURN + 4, 0)))
         # state = (fp + frame size) << 32 | callee entry
         self.emit(ldx(8, T0, R10, BPF_FP_SCALAR))
         add = alu(Alu.ADD, T0, 0)
@@ -698,6 +735,7 @@ class FunctionCompiler:
         self.next_region()
         # the continuation: reload our stack, take the results from the callee's frame
         self.code.label(self.region_label(cont))
+        base -= consumed_below
         self.stack[base:] = []
         self.reload_regs(base)
         for j in range(m):

@@ -7,13 +7,16 @@ the host and the kernel (the guest's C runtime builds WASI on them).
 - ``clock_ns: [i32] -> [i64]``: 0 realtime (the boot-time clock plus an offset the host writes), 1 monotonic,
   2 and 3 (process and thread CPU time) read the monotonic clock too.
 - ``random: [] -> [i32]``: 32 bits from ``bpf_get_prandom_u32``.
+- ``unwind: [] -> []``: longjmp's second half (the guest's sjlj.c has recorded where to): pop software-stack
+  frames up to the nearest one built by an ``env.invoke_*`` call, restore the C stack pointer saved in it, and
+  continue after that call as if it had returned.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from capsule.bpf.asm import alu, call_helper, ja, jmp, ldx, mov, stx
+from capsule.bpf.asm import R1, R2, addr_space_cast, alu, call_helper, exit_, ja, jmp, ldx, may_goto, mov, stx
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import FuncType, ValType
 
@@ -33,6 +36,7 @@ SIGNATURES = {
     "exit": FuncType((ValType.I32,), ()),
     "clock_ns": FuncType((ValType.I32,), (ValType.I64,)),
     "random": FuncType((), (ValType.I32,)),
+    "unwind": FuncType((), ()),
 }
 MODULE = "capsule"
 
@@ -50,7 +54,7 @@ def check_import(module: str, name: str, ft: FuncType) -> str | None:
 
 
 def lower(fc: FunctionCompiler, name: str) -> None:
-    {"yield": _yield, "exit": _exit, "clock_ns": _clock, "random": _random}[name](fc)
+    {"yield": _yield, "exit": _exit, "clock_ns": _clock, "random": _random, "unwind": _unwind}[name](fc)
 
 
 def _yield(fc: FunctionCompiler) -> None:
@@ -121,3 +125,29 @@ def _random(fc: FunctionCompiler) -> None:
     dst = fc.dst(slot)
     fc.emit(ldx(8, dst, R10, -64))
     fc.finish(slot, dst, ValType.I32)
+
+
+def _unwind(fc: FunctionCompiler) -> None:
+    """Walk the frame chain from ours to the first frame marked by an invoke (its flag word is non-zero) and
+    continue at its return region with its caller's frame. Nothing after this call runs, so every register
+    is free. A long chain is walked behind may_goto, resuming (a region of its own) from the frame reached."""
+    region = fc.new_region()
+    loop, found, susp = (fc.code.fresh(f"f{fc.index}.unw{s}") for s in ("loop", "found", "susp"))
+    fc.code.label(fc.region_label(region))
+    fc.emit(ldx(8, T0, R10, BPF_FP_SCALAR))
+    fc.code.label(loop)
+    fc.emit(jmp(Jmp.JEQ, T0, 0, fc.trap_label(abi.Trap.UNCAUGHT_LONGJMP)),
+            addr_space_cast(R1, T0, 0, 1), ldx(4, R2, R1, abi.FRAME_RETURN + 4), jmp(Jmp.JNE, R2, 0, found),
+            ldx(4, T0, R1, abi.FRAME_CALLER), may_goto(susp), ja(loop))
+    fc.code.label(susp)  # resume the walk later, from the frame reached
+    ins = mov(T1, 0, w32=True)
+    fc.code.region_ref(ins, region)
+    fc.emit(alu(Alu.LSH, T0, 32), ins, alu(Alu.OR, T0, T1), exit_())
+    fc.code.label(found)
+    sp = fc.info.stack_pointer_global
+    if sp is not None:  # the C stack as it was when the invoke was made
+        base, off = fc.global_addr(sp)
+        fc.emit(alu(Alu.AND, R2, -2, w32=True), stx(8, base, off, R2))
+    fc.emit(ldx(4, T1, R1, abi.FRAME_CALLER), alu(Alu.LSH, T1, 32), ldx(4, T0, R1, abi.FRAME_RETURN),
+            alu(Alu.OR, T0, T1), exit_())
+    fc.dead = True

@@ -314,6 +314,10 @@ class GuestExit(Exception):
         self.code = code
 
 
+class _Unwind(Exception):
+    """capsule.unwind under wasmtime: caught by the nearest invoke_* on the Python stack."""
+
+
 class WasmtimeGuest:
     """The reference engine: the same module under wasmtime, the four capsule intrinsics from Python."""
 
@@ -336,10 +340,13 @@ class WasmtimeGuest:
         linker.define_func("capsule", "exit", wasmtime.FuncType([i32], []), self._exit)
         linker.define_func("capsule", "clock_ns", wasmtime.FuncType([i32], [i64]), self._clock)
         linker.define_func("capsule", "random", wasmtime.FuncType([], [i32]), self._random)
+        linker.define_func("capsule", "unwind", wasmtime.FuncType([], []), self._unwind)
         for imp in self.module.imports:
-            if imp.module != "capsule":
+            if imp.module == "env" and imp.name.startswith("invoke_"):  # setjmp/longjmp, see guest/crt/sjlj.c
+                linker.define_func("env", imp.name, imp.type, self._invoker(len(imp.type.results)))
+            elif imp.module != "capsule":
                 raise WasiError(f"the module imports {imp.module}.{imp.name}: a program built by capsule "
-                                "imports only capsule.yield/exit/clock_ns/random")
+                                "imports only capsule.yield/exit/clock_ns/random/unwind and env.invoke_*")
         self.instance = linker.instantiate(self.store, self.module)
         exports = self.instance.exports(self.store)
         self.memory = exports["memory"]
@@ -350,6 +357,21 @@ class WasmtimeGuest:
 
     def _exit(self, code: int) -> None:
         raise GuestExit(code)
+
+    def _unwind(self) -> None:
+        raise _Unwind()
+
+    def _invoker(self, nresults: int) -> Callable[..., object]:
+        """env.invoke_*: call table[fn](args); a longjmp (capsule.unwind) inside returns here as if normally."""
+
+        def invoke(fn: int, *args: int) -> object:
+            callee = self._exports["__indirect_function_table"].get(self.store, fn)
+            try:
+                return callee(self.store, *args)
+            except _Unwind:
+                return None if nresults == 0 else (0 if nresults == 1 else [0] * nresults)
+
+        return invoke
 
     def _clock(self, clock: int) -> int:
         return self.CLOCKS[clock]() if 0 <= clock < len(self.CLOCKS) else 0

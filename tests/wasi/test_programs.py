@@ -127,3 +127,10 @@ def test_native_reference_really_runs(tmp_path):
     out = native(program("args_env.c"), ["x"], env={"GREETING": "g"}, tmp=tmp_path)
     assert out.code == 2 and b"argv0 prog" in out.stdout and b"GREETING=g" in out.stdout
     assert subprocess.run(["true"]).returncode == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_setjmp_longjmp(engine, tmp_path):
+    """longjmp across 1000 frames, a nested setjmp per call, and repeated longjmp to one setjmp in a loop."""
+    out = compare("setjmp_longjmp.c", engine=engine, tmp=tmp_path)
+    assert b"back with 42" in out.stdout and b"div 5 -7" in out.stdout and out.stdout.count(b"loop ") == 9
