@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     from capsule.bench.integers import add_parser as add_bench_integers
 
     add_bench_integers(sub)
+    from capsule.bench.opt import add_parser as add_bench_opt
+
+    add_bench_opt(sub)
     return p
 
 
