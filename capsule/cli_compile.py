@@ -18,12 +18,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "wasm32 module to a BPF object of regions run by capsule's dispatcher.")
     s.add_argument("inputs", nargs="+", metavar="SRC", help="a .wasm module, or .c/.cc/.cpp sources")
     s.add_argument("-o", "--output", help="the BPF object to write (default: the first input with .bpf.o)")
-    c = s.add_argument_group("C/C++ flags (passed to clang)")
-    c.add_argument("-I", dest="cflags", action="append", type=lambda v: "-I" + v, default=[], metavar="DIR")
-    c.add_argument("-D", dest="cflags", action="append", type=lambda v: "-D" + v, metavar="NAME[=VALUE]")
-    c.add_argument("-O", dest="cflags", action="append", type=lambda v: "-O" + v, metavar="LEVEL")
-    c.add_argument("-l", dest="cflags", action="append", type=lambda v: "-l" + v, metavar="LIB")
-    c.add_argument("--cflag", dest="cflags", action="append", metavar="FLAG", help="any other clang flag")
+    add_c_flags(s)
     _build_options(s)
     s.set_defaults(func=cmd_build)
 
@@ -41,6 +36,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="region transitions per kernel invocation before PENDING (the call is continued)")
     _build_options(s)
     s.set_defaults(func=cmd_call)
+
+
+def add_c_flags(s: argparse.ArgumentParser) -> None:
+    """-I/-D/-O/-l (and --cflag for anything else) collected in ``args.cflags`` for clang."""
+    c = s.add_argument_group("C/C++ build flags (passed to clang)")
+    c.add_argument("-I", dest="cflags", action="append", type=lambda v: "-I" + v, default=[], metavar="DIR")
+    c.add_argument("-D", dest="cflags", action="append", type=lambda v: "-D" + v, metavar="NAME[=VALUE]")
+    c.add_argument("-O", dest="cflags", action="append", type=lambda v: "-O" + v, metavar="LEVEL")
+    c.add_argument("-l", dest="cflags", action="append", type=lambda v: "-l" + v, metavar="LIB")
+    c.add_argument("--cflag", dest="cflags", action="append", metavar="FLAG", help="any other clang flag")
 
 
 def _build_options(s: argparse.ArgumentParser) -> None:

@@ -683,6 +683,27 @@ class FunctionCompiler:
         # the callee's entry region is in the low half of T0; keep it on the BPF stack across the stores
         self.emit(stx(8, R10, BPF_CALL_REGION, T0))
 
+    def callee_frame(self, ins: Insn) -> Insn:
+        """An access to the callee's frame, which starts where ours ends: its offset gets our frame size."""
+        self.frame_fixups.append((ins, "off", 1))
+        return ins
+
+    def write_args(self, base: int, k: int) -> None:
+        """The arguments (slots base..base+k) into the callee's frame as its first locals."""
+        for j in range(k):
+            slot = base + j
+            r = self.read(slot, self.stack[slot], T0)
+            self.emit(self.callee_frame(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r)))
+
+    def take_results(self, ft: FuncType) -> None:
+        """Push the callee's results, which it left over its first locals."""
+        for j, t in enumerate(ft.results):
+            slot = self.push(Slot(t))
+            dst = self.dst(slot)
+            self.emit(self.callee_frame(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
+            if self.home(slot) is None:
+                self.emit(stx(8, FRAME, self.spill_off(slot), dst))
+
     def call_sequence(self, ft: FuncType, callee: RegionKey | None, region_on_stack: int | None, *,
                       consumed_below: int = 0, catch: bool = False) -> None:
         """Build the callee's frame after ours, save our stack, and continue at the callee's entry region.
@@ -690,18 +711,10 @@ class FunctionCompiler:
         ``consumed_below`` more slots under the arguments are consumed too (an invoke's function pointer).
         With ``catch`` the callee's frame is marked as one an unwind (longjmp) stops at: its header keeps the
         C stack pointer, or'ed with 1, in the word after the return region."""
-        k, m = len(ft.params), len(ft.results)
-        h = len(self.stack)
-        base = h - k
-
-        def frame_insn(ins: Insn) -> Insn:
-            self.frame_fixups.append((ins, "off", 1))
-            return ins
-
-        for j in range(k):
-            slot = base + j
-            r = self.read(slot, self.stack[slot], T0)
-            self.emit(frame_insn(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r)))
+        k = len(ft.params)
+        base = len(self.stack) - k
+        frame_insn = self.callee_frame
+        self.write_args(base, k)
         self.materialize_all_below(base)
         self.spill_regs(base)
         cont = self.new_region()
@@ -738,12 +751,7 @@ class FunctionCompiler:
         base -= consumed_below
         self.stack[base:] = []
         self.reload_regs(base)
-        for j in range(m):
-            slot = self.push(Slot(ft.results[j]))
-            dst = self.dst(slot)
-            self.emit(frame_insn(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
-            if self.home(slot) is None:
-                self.emit(stx(8, FRAME, self.spill_off(slot), dst))
+        self.take_results(ft)
 
     def leaf_call(self, ft: FuncType, callee: int) -> None:
         """Call a leaf as a plain BPF function: its frame after ours (as for any call), arguments in it, and
@@ -752,18 +760,10 @@ class FunctionCompiler:
 
         from .dispatcher import leaf_name
 
-        k, m = len(ft.params), len(ft.results)
-        h = len(self.stack)
-        base = h - k
-
-        def frame_insn(ins: Insn) -> Insn:
-            self.frame_fixups.append((ins, "off", 1))
-            return ins
-
-        for j in range(k):
-            slot = base + j
-            r = self.read(slot, self.stack[slot], T0)
-            self.emit(frame_insn(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r)))
+        k = len(ft.params)
+        base = len(self.stack) - k
+        frame_insn = self.callee_frame
+        self.write_args(base, k)
         self.materialize_all_below(base)
         self.spill_regs(base, only=CALLER_SAVED)
         # the header makes the leaf's frame part of the chain a backtrace walks (any region of ours names us)
@@ -777,12 +777,7 @@ class FunctionCompiler:
         self.emit(jmp(Jmp.JNE, T0, 0, self.propagate_label()))
         self.stack[base:] = []
         self.reload_regs(base, only=CALLER_SAVED)
-        for j in range(m):
-            slot = self.push(Slot(ft.results[j]))
-            dst = self.dst(slot)
-            self.emit(frame_insn(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
-            if self.home(slot) is None:
-                self.emit(stx(8, FRAME, self.spill_off(slot), dst))
+        self.take_results(ft)
 
     def propagate_label(self) -> str:
         """Where a leaf's trap state (in r0) leaves this region for the dispatcher."""
