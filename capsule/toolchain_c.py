@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -201,7 +202,7 @@ def runtime_objects(root: Path | None = None) -> list[Path]:
         return objs
     d.mkdir(parents=True, exist_ok=True)
     for src, obj in zip(RUNTIME_SOURCES, objs, strict=True):
-        part = obj.with_suffix(f".{os.getpid()}.part")
+        part = obj.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
         cmd = [_tool("clang-19"), *wasm_flags(False), "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode:
@@ -221,3 +222,76 @@ def build_native(sources: Sequence[str | Path], output: str | Path, flags: Seque
     if res.returncode:
         raise ToolchainError(f"{compiler} could not build {', '.join(s.name for s in srcs)}:\n{res.stderr.rstrip()}")
     return Path(output)
+
+
+# -- the runtime as a module of its own, for wasm32-wasi programs built elsewhere ------------------------------
+STANDALONE_DIR = GUEST_DIR / "wasi_standalone"
+STANDALONE_SOURCES = (
+    GUEST_DIR / "wasi" / "wasi_io.c",
+    GUEST_DIR / "wasi" / "memfs.c",
+    GUEST_DIR / "wasi" / "memfs_path.c",
+    STANDALONE_DIR / "standalone.c",
+)
+STANDALONE_STACK = 64 << 10  # the runtime's own C stack (its functions keep little on it)
+#: every wasi_snapshot_preview1 function; the runtime exports those it defines under their C names
+WASI_PREVIEW1 = (
+    "args_get args_sizes_get environ_get environ_sizes_get clock_res_get clock_time_get fd_advise fd_allocate "
+    "fd_close fd_datasync fd_fdstat_get fd_fdstat_set_flags fd_fdstat_set_rights fd_filestat_get "
+    "fd_filestat_set_size fd_filestat_set_times fd_pread fd_prestat_get fd_prestat_dir_name fd_pwrite fd_read "
+    "fd_readdir fd_renumber fd_seek fd_sync fd_tell fd_write path_create_directory path_filestat_get "
+    "path_filestat_set_times path_link path_open path_readlink path_remove_directory path_rename path_symlink "
+    "path_unlink_file poll_oneoff proc_exit proc_raise sched_yield random_get sock_accept sock_recv sock_send "
+    "sock_shutdown"
+).split()
+
+
+def _standalone_digest() -> str:
+    h = hashlib.sha256(runtime_digest().encode())
+    for p in sorted(STANDALONE_DIR.rglob("*")):
+        if p.suffix in (".c", ".h"):
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def build_standalone_runtime(base: int, root: Path | None = None) -> Path:
+    """capsule's WASI runtime as a module of its own, linked to live from address ``base`` up (data, then its
+    stack; its heap grows with memory.grow), importing its memory and exporting every WASI function it
+    serves (as ``__imported_wasi_snapshot_preview1_*``) plus the host protocol (``capsule_io``, ...).
+
+    It is the same C as the runtime linked into capsule's own builds, compiled without wasi-libc (with
+    ``wasi_standalone/standalone.c`` for the few libc functions it uses) and with bulk memory, so that
+    ``capsule.wasm.link`` can merge it into a program built elsewhere. Objects are cached by the sources'
+    content hash, linked modules by that and ``base``.
+    """
+    if base <= 0 or base % 65536:
+        raise ToolchainError(f"the runtime's base {base:#x} must be a positive multiple of the wasm page size")
+    d = (root or cache_dir()) / f"runtime-standalone-{_standalone_digest()[:16]}"
+    out = d / f"rt-{base:x}.wasm"
+    if out.is_file():
+        return out
+    d.mkdir(parents=True, exist_ok=True)
+    objs = []
+    for src in STANDALONE_SOURCES:
+        obj = d / f"{src.stem}.o"
+        if not obj.is_file():
+            part = obj.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
+            # -fno-builtin: standalone.c defines memcpy & co., which must not be compiled into calls to themselves
+            extra = ["-fno-builtin"] if src.parent == STANDALONE_DIR else []
+            cmd = [_tool("clang-19"), f"--target={TARGET}", f"-I{GUEST_DIR / 'crt'}", "-O2", "-mbulk-memory",
+                   "-Wall", "-Wextra", *extra, "-c", str(src), "-o", str(part)]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if res.returncode:
+                raise ToolchainError(f"capsule's standalone WASI runtime does not compile ({src.name}):\n"
+                                     f"{res.stderr.rstrip()}")
+            os.replace(part, obj)
+        objs.append(obj)
+    part = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
+    exports = [f"-Wl,--export-if-defined=__imported_wasi_snapshot_preview1_{n}" for n in WASI_PREVIEW1]
+    cmd = [_tool("clang-19"), f"--target={TARGET}", "-nostdlib", "-Wl,--no-entry", "-Wl,--import-memory",
+           f"-Wl,--global-base={base}", f"-Wl,-z,stack-size={STANDALONE_STACK}", *exports, *map(str, objs),
+           "-o", str(part)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise ToolchainError(f"capsule's standalone WASI runtime does not link:\n{res.stderr.rstrip()}")
+    os.replace(part, out)
+    return out

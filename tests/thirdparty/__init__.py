@@ -1,0 +1,1 @@
+"""Third-party programs (fetched from package registries, never committed) built and run in the kernel."""
