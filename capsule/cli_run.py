@@ -20,7 +20,7 @@ DEFAULT_ENGINE = "kernel"
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from capsule.cli_compile import _build_options
+    from capsule.cli_compile import _build_options, add_c_flags
 
     s = sub.add_parser(
         "run", help="build and run a C/C++ program, wasm32-wasi module or capsule BPF object",
@@ -38,12 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--env", action="append", default=[], metavar="K=V", help="an environment variable")
     s.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                    help="kernel (default) or wasmtime, the reference the kernel is tested against")
-    c = s.add_argument_group("C/C++ build flags (passed to clang)")
-    c.add_argument("-I", dest="cflags", action="append", type=lambda v: "-I" + v, default=[], metavar="DIR")
-    c.add_argument("-D", dest="cflags", action="append", type=lambda v: "-D" + v, metavar="NAME[=VALUE]")
-    c.add_argument("-O", dest="cflags", action="append", type=lambda v: "-O" + v, metavar="LEVEL")
-    c.add_argument("-l", dest="cflags", action="append", type=lambda v: "-l" + v, metavar="LIB")
-    c.add_argument("--cflag", dest="cflags", action="append", metavar="FLAG", help="any other clang flag")
+    add_c_flags(s)
     _build_options(s)
     s.set_defaults(func=cmd_run)
 
@@ -107,8 +102,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SystemExit(f"capsule run: {path}: not a .c/.cc/.cpp source, .wasm module or .bpf.o object")
     try:
         guest = _open(path, wasm, args.engine, _options(args))
-        if guest is None:  # a wasm32-wasi module not built by capsule
-            return run_foreign(wasm, config, args.engine)  # type: ignore[arg-type]
         try:
             return WasiHost(guest, config).run()
         finally:
@@ -145,57 +138,7 @@ def _open(path: Path, wasm: Path | None, engine: str, options):  # type: ignore[
             guest.close()
             raise WasiError(f"{path.name} was not built from a program with capsule's WASI runtime")
         return guest
-    if not _exports_capsule_io(wasm):
-        return None
     return open_guest(wasm, engine, options)
-
-
-def _exports_capsule_io(wasm: Path) -> bool:
-    from capsule.wasm import ExternKind, load
-
-    module = load(wasm.read_bytes())
-    return any(e.name == "capsule_io" and e.kind == ExternKind.FUNC for e in module.exports)
-
-
-def run_foreign(wasm: Path, config: WasiConfig, engine: str) -> int:
-    """A wasm32-wasi module built without capsule's runtime: its wasi_snapshot_preview1 imports are served by
-    the engine. Under wasmtime that is wasmtime's own WASI; the kernel needs the runtime linked in (see
-    docs: the module is merged with capsule's prebuilt runtime), which this capsule does not do yet."""
-    if engine != "wasmtime":
-        raise WasiError(f"{wasm.name} imports WASI directly (not built by capsule); in the kernel its imports must "
-                        "be bound to capsule's runtime, which is not supported yet: use --engine wasmtime, or "
-                        "rebuild it from source with capsule")
-    import tempfile
-
-    import wasmtime
-
-    cfg = wasmtime.WasiConfig()
-    cfg.argv = config.args
-    cfg.env = [tuple(kv.split("=", 1)) for kv in config.env]
-    for host, gpath in config.dirs:
-        cfg.preopen_dir(str(host), gpath)
-    if config.files:
-        raise WasiError("--file needs capsule's runtime; with a foreign module use --dir")
-    cfg.inherit_stdout()
-    cfg.inherit_stderr()
-    with tempfile.NamedTemporaryFile() as tmp:
-        if isinstance(config.stdin, bytes):
-            tmp.write(config.stdin)
-            tmp.flush()
-            cfg.stdin_file(tmp.name)
-        elif config.stdin is not None:
-            cfg.inherit_stdin()
-        engine_ = wasmtime.Engine()
-        store = wasmtime.Store(engine_)
-        store.set_wasi(cfg)
-        linker = wasmtime.Linker(engine_)
-        linker.define_wasi()
-        instance = linker.instantiate(store, wasmtime.Module(engine_, wasm.read_bytes()))
-        try:
-            instance.exports(store)["_start"](store)
-        except wasmtime.ExitTrap as e:
-            return e.code & 0xFF
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

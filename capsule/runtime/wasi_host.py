@@ -467,9 +467,38 @@ ENGINES = ("kernel", "wasmtime")
 
 
 def open_guest(wasm: Path, engine: str = "kernel", options=None) -> Guest:  # type: ignore[no-untyped-def]
-    """Load a module built by capsule on ``engine`` ("kernel": compiled to BPF; "wasmtime": the reference)."""
+    """Load a wasm32-wasi module on ``engine`` ("kernel": compiled to BPF; "wasmtime": the reference). A module
+    built by capsule carries the WASI runtime already; any other (built by another toolchain, importing
+    wasi_snapshot_preview1 itself) is merged with capsule's standalone runtime first (``link_foreign``)."""
+    if engine not in ENGINES:
+        raise WasiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    from capsule.wasm import ExternKind, load
+
+    data = wasm.read_bytes()
+    module = load(data)
+    if not any(e.name == "capsule_io" and e.kind == ExternKind.FUNC for e in module.exports):
+        data = link_foreign(module)
+        module = load(data)  # the merged module, re-read from its encoding: both engines run exactly these bytes
     if engine == "wasmtime":
-        return WasmtimeGuest(wasm)
-    if engine == "kernel":
-        return KernelGuest.from_wasm(wasm, options)
-    raise WasiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+        return WasmtimeGuest(data)
+    from capsule.compiler import compile_module
+    from capsule.runtime.instance import Instance
+
+    return KernelGuest(Instance(compile_module(module, options)))
+
+
+def link_foreign(program) -> bytes:  # type: ignore[no-untyped-def]
+    """A wasm32-wasi module built without capsule's runtime (a ``capsule.wasm.Module``), merged with capsule's
+    standalone WASI runtime (``capsule.wasm.link``): the encoded module, which serves WASI inside itself like
+    a program capsule built. Raises WasmError (LinkError) for an import the runtime does not serve."""
+    from capsule.toolchain import ToolchainError
+    from capsule.toolchain_c import build_standalone_runtime
+    from capsule.wasm import load
+    from capsule.wasm.link import link_program, runtime_base
+    from capsule.wasm.link_encode import encode
+
+    try:
+        runtime = load(build_standalone_runtime(runtime_base(program)).read_bytes())
+    except ToolchainError as e:
+        raise WasiError(str(e)) from None
+    return encode(link_program(program, runtime))
