@@ -122,6 +122,15 @@ def zlib_library(tree: Path) -> list[Path]:
     return [tree / f"{name}.c" for name in ZLIB_LIBRARY]
 
 
+def lua(root: Path | None = None) -> Path:
+    """Lua 5.4.8's source tree, from the ``lupa`` 2.8 sdist on PyPI (``third-party/lua54``). The fetch and the
+    interpreter's build recipe are in ``capsule.thirdparty_lua`` (PyPI, not apt, and a sdist pip cannot
+    download without building it)."""
+    from capsule.thirdparty_lua import fetch_lua
+
+    return fetch_lua(root)
+
+
 # -- Debian source packages --------------------------------------------------------------------------------
 def debian_source(src: DebianSource, root: Path | None = None) -> Path:
     """Fetch, verify and unpack a Debian source package's upstream tree; return its directory.
