@@ -1,9 +1,11 @@
 """``capsule opt IN.o -o OUT.o``: optimise every program of a BPF object, proving each pass in the kernel.
 
 Without ``--no-check`` every pass's result is loaded next to the original and run on generated inputs
-(``capsule.opt.check``); a pass that fails is rolled back for that program and reported. ``--report`` prints
-per program NI (instruction slots) and, when checked, NPI (verifier processed instructions), verification time
-and JITed size before and after, plus what each pass saved and what was rolled back.
+(``capsule.opt.check``); a pass that fails is rolled back for that program and reported, and a pass whose
+result would make the verifier process more instructions is skipped for that program (also reported).
+``--report`` prints per program NI (instruction slots) and, when checked, NPI (verifier processed
+instructions), verification time and JITed size before and after, plus what each pass saved and what was
+rolled back.
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ def cmd_opt(args: argparse.Namespace) -> int:
     for name, r in result.programs.items():
         out.write(f"{name}: {r.ni_before} -> {r.ni_after} insns ({r.seconds * 1000:.1f} ms)")
         out.write(f"; {r.check_note}\n" if r.check_note else "; not checked (--no-check)\n")
-        for rec in r.rolled_back():
+        for rec in r.failed():
             out.write(f"  rolled back {rec.name}: {rec.reason}\n")
+        for rec in r.npi_refused():
+            out.write(f"  skipped {rec.name} (round {rec.round}): {rec.reason}\n")
         if args.report:
             saved = ", ".join(f"{k} -{v}" for k, v in r.saved_by_pass().items() if v) or "nothing"
             out.write(f"  saved by pass: {saved}\n")

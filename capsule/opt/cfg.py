@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from capsule.bpf.opcodes import CallKind, Class, Jmp
+from capsule.bpf.opcodes import CallKind, Jmp
 
+from .effects import CALL, EXIT, JUMPS, LD_IMM64
 from .rewrite import Code
 
 __all__ = ["Block", "Function", "CFG", "build_cfg"]
+
+_JA = int(Jmp.JA)
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Function:
     blocks: dict[int, Block]  # by start index, in order
     calls: list[int] = field(default_factory=list)  # callee function starts (BPF-to-BPF)
     callbacks: list[int] = field(default_factory=list)  # functions whose address is taken here
+    _rpo: list[int] | None = field(default=None, repr=False, compare=False)
 
     def block_of(self, i: int) -> Block:
         best = self.start
@@ -58,7 +62,13 @@ class Function:
         return seen
 
     def rpo(self) -> list[int]:
-        """Reachable block starts in reverse post-order (a good order for forward data flow)."""
+        """Reachable block starts in reverse post-order (a good order for forward data flow); computed once
+        (every data flow asks for it)."""
+        if self._rpo is None:
+            self._rpo = self._compute_rpo()
+        return self._rpo
+
+    def _compute_rpo(self) -> list[int]:
         seen: set[int] = set()
         order: list[int] = []
         stack: list[tuple[int, int]] = [(self.start, 0)]
@@ -107,58 +117,54 @@ class CFG:
         return order
 
 
-def _ends_block(code: Code, i: int) -> bool:
-    ins = code.insns[i]
-    return ins.is_jump or ins.is_exit
-
-
 def build_cfg(code: Code) -> CFG:
     n = len(code.insns)
+    insns = code.insns
+    targets = code.targets
+    opcodes = [ins.code for ins in insns]
     func_of = [0] * n
     functions: dict[int, Function] = {}
     for fs, fe in code.func_bounds():
-        for i in range(fs, fe):
-            func_of[i] = fs
+        func_of[fs:fe] = [fs] * (fe - fs)
         leaders = {fs}
         for i in range(fs, fe):
-            ins = code.insns[i]
-            if ins.is_jump:
-                t = code.targets[i]
+            c = opcodes[i]
+            if c in JUMPS:
+                t = targets[i]
                 if not fs <= t < fe:
                     raise ValueError(f"jump at {i} leaves its function ({fs}..{fe})")
                 leaders.add(t)
-            if _ends_block(code, i) and i + 1 < fe:
                 leaders.add(i + 1)
+            elif c == EXIT:
+                leaders.add(i + 1)
+        leaders.discard(fe)
         starts = sorted(leaders)
         blocks: dict[int, Block] = {}
         for k, s in enumerate(starts):
             e = starts[k + 1] if k + 1 < len(starts) else fe
-            blocks[s] = Block(s, e)
-        fn = Function(fs, fe, blocks)
-        for b in blocks.values():
-            last = code.insns[b.end - 1]
-            succs: list[int] = []
-            if last.is_exit:
+            b = Block(s, e)
+            last = opcodes[e - 1]
+            if last == EXIT:
                 pass
-            elif last.is_jump:
-                op = last.code & 0xF0
-                uncond = op == Jmp.JA and last.cls in (Class.JMP, Class.JMP32)
-                if not uncond and b.end < fe:
-                    succs.append(b.end)
-                t = code.targets[b.end - 1]
-                if t not in succs:
-                    succs.append(t)
-            elif b.end < fe:
-                succs.append(b.end)
-            b.succs = succs
+            elif last in JUMPS:
+                # JA (and gotol) always jump; may_goto (JCOND) may fall through
+                if last & 0xF0 != _JA and e < fe:
+                    b.succs.append(e)
+                t = targets[e - 1]
+                if t not in b.succs:
+                    b.succs.append(t)
+            elif e < fe:
+                b.succs.append(e)
+            blocks[s] = b
         for b in blocks.values():
             for s in b.succs:
                 blocks[s].preds.append(b.start)
+        fn = Function(fs, fe, blocks)
         for i in range(fs, fe):
-            ins = code.insns[i]
-            if ins.is_call and ins.src == CallKind.BPF:
-                fn.calls.append(code.targets[i])
-            elif ins.is_ld_imm64 and i in code.targets:
-                fn.callbacks.append(code.targets[i])
+            c = opcodes[i]
+            if c == CALL and insns[i].src == CallKind.BPF:
+                fn.calls.append(targets[i])
+            elif c == LD_IMM64 and i in targets:
+                fn.callbacks.append(targets[i])
         functions[fs] = fn
     return CFG(code, functions, func_of)

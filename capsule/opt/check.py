@@ -7,7 +7,9 @@ packet or context, and the contents of every map it can read. It does that twice
 recordings differ depends on time, randomness or the CPU and can only be checked by verification.
 
 A candidate is then loaded the same way and must verify (its processed instructions, verification time and
-JITed size are recorded) and reproduce the recording exactly. Program types that BPF_PROG_TEST_RUN cannot
+JITed size are recorded), reproduce the recording exactly, and (unless ``keep_npi`` is off) not make the
+verifier process more instructions than the program it would replace: the pass is then skipped for that
+program, its refusal marked with ``NPI_REFUSED``. Program types that BPF_PROG_TEST_RUN cannot
 run (tracepoints, kprobes, ...) are checked by verification only. Ring buffers and arenas are not compared
 (their contents cannot be read without consuming or faulting them); programs using them are still compared on
 everything else.
@@ -32,7 +34,9 @@ from .inputs import context_buffers, map_seed_entries, packets
 from .rewrite import Code
 from .values import Kind
 
-__all__ = ["Checker", "LoadStats", "RUNNABLE", "PACKET_TYPES"]
+__all__ = ["Checker", "LoadStats", "RUNNABLE", "PACKET_TYPES", "NPI_REFUSED"]
+
+NPI_REFUSED = "the verifier would process more instructions"
 
 PACKET_TYPES = {ProgType.XDP, ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.SOCKET_FILTER,
                 ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT, ProgType.LWT_XMIT}
@@ -68,6 +72,9 @@ class Checker:
     """Checks candidates of the programs of one object. Close it (or ``with``) to release the BTF fd."""
 
     spec: ObjectSpec
+    # refuse a candidate whose verifier processed instructions (NPI) exceed the current program's: a rewrite
+    # that makes the verifier work more is not an optimisation, whatever it saves in size
+    keep_npi: bool = True
     refs: dict[str, _Reference] = field(default_factory=dict)
     last_stats: dict[str, LoadStats] = field(default_factory=dict)
     _btf: FD | None = None
@@ -187,6 +194,10 @@ class Checker:
             return f"does not load: {e}"
         if ref.outputs is not None and outputs != ref.outputs:
             return _first_difference(ref.outputs, outputs or [])
+        prev = self.last_stats.get(name, ref.stats).processed_insns
+        if self.keep_npi and prev is not None and stats.processed_insns is not None and \
+                stats.processed_insns > prev:
+            return f"{NPI_REFUSED}: {prev} -> {stats.processed_insns}"
         self.last_stats[name] = stats
         return None
 

@@ -8,12 +8,13 @@ skb) and clobber ``r0``-``r5`` as the verifier says they do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import ADDR_SPACE_CAST, SIZE_BYTES, Alu, Atomic, CallKind, Class, Jmp, Mode, Size, Src
 
-__all__ = ["Effect", "effect", "reg_mask", "CALLER_SAVED", "ARGS", "HELPER_ARGS", "mem_size", "is_pure_alu"]
+__all__ = ["Effect", "effect", "effects", "reg_mask", "CALLER_SAVED", "ARGS", "HELPER_ARGS", "mem_size",
+           "is_pure_alu", "JUMPS", "COND_JUMPS", "EXIT", "CALL", "LD_IMM64", "regs_of"]
 
 
 def reg_mask(*regs: int) -> int:
@@ -54,16 +55,82 @@ HELPER_ARGS: dict[int, int] = {
     133: 2,  # ringbuf_discard
     181: 4,  # loop
     195: 3,  # map_lookup_percpu_elem
+    9: 5,  # skb_store_bytes
+    10: 5,  # l3_csum_replace
+    11: 5,  # l4_csum_replace
+    26: 4,  # skb_load_bytes
+    27: 3,  # get_stackid
+    28: 5,  # csum_diff
+    34: 1,  # get_hash_recalc
+    42: 0,  # get_numa_node_id
+    45: 3,  # probe_read_str
+    46: 1,  # get_socket_cookie
+    55: 4,  # perf_event_read_value
+    67: 4,  # get_stack
+    69: 4,  # fib_lookup
+    87: 3,  # map_push_elem
+    88: 2,  # map_pop_elem
+    89: 2,  # map_peek_elem
+    109: 1,  # send_signal
+    112: 3,  # probe_read_user
+    114: 3,  # probe_read_user_str
+    115: 3,  # probe_read_kernel_str
+    118: 0,  # jiffies64
+    120: 4,  # get_ns_current_pid_tgid
+    125: 0,  # ktime_get_boot_ns
+    134: 2,  # ringbuf_query
+    158: 0,  # get_current_task_btf
+    160: 0,  # ktime_get_coarse_ns
+    165: 5,  # snprintf
+    173: 1,  # get_func_ip
+    183: 3,  # get_func_arg
+    184: 2,  # get_func_ret
+    185: 1,  # get_func_arg_cnt
+    189: 4,  # xdp_load_bytes
+    190: 4,  # xdp_store_bytes
 }
 
 
-@dataclass(frozen=True)
-class Effect:
+class Effect(NamedTuple):
     uses: int  # registers read
     defs: int  # registers written (or clobbered)
     load: bool = False  # reads memory
     store: bool = False  # writes memory
     call: bool = False  # helper, kfunc or BPF-to-BPF call
+
+
+# opcode tables, so that hot loops test an ``int`` against a set instead of calling ``Insn`` properties
+JUMPS = frozenset(c | op | s for c in (Class.JMP, Class.JMP32) for op in Jmp if op not in (Jmp.CALL, Jmp.EXIT)
+                  for s in (0, Src.X))  # PC-relative jumps, conditional or not
+COND_JUMPS = frozenset(c for c in JUMPS if c & 0xF0 not in (Jmp.JA, Jmp.JCOND))
+EXIT = int(Class.JMP | Jmp.EXIT)
+CALL = int(Class.JMP | Jmp.CALL)
+LD_IMM64 = 0x18
+
+_CACHE: dict[tuple[int, int, int, int], Effect] = {}
+
+
+def effects(insns: list[Insn]) -> list[Effect]:
+    """``effect`` of every instruction, memoised by encoding (programs repeat the same few hundred)."""
+    out = []
+    get = _CACHE.get
+    for ins in insns:
+        key = (ins.code, ins.dst, ins.src, ins.imm)
+        e = get(key)
+        if e is None:
+            e = _CACHE[key] = effect(ins)
+        out.append(e)
+    if len(_CACHE) > 200_000:
+        _CACHE.clear()
+    return out
+
+
+def regs_of(mask: int) -> tuple[int, ...]:
+    """The register numbers set in ``mask``."""
+    return _REGS_OF[mask] if mask < len(_REGS_OF) else tuple(r for r in range(16) if mask >> r & 1)
+
+
+_REGS_OF = [tuple(r for r in range(11) if m >> r & 1) for m in range(1 << 11)]
 
 
 def mem_size(ins: Insn) -> int:

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field, replace
 
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
 
+from .check import NPI_REFUSED
 from .passes import DEFAULT_PASSES, PASSES, Pass
 from .rewrite import Code
+from .rewrite import count_slots as _count
 
 __all__ = ["PassRecord", "ProgramResult", "ObjectResult", "optimize_program", "optimize_object", "make_passes",
            "count_slots"]
@@ -24,7 +26,7 @@ __all__ = ["PassRecord", "ProgramResult", "ObjectResult", "optimize_program", "o
 
 def count_slots(ps: ProgramSpec) -> int:
     """NI: instruction slots, as the kernel counts them (``ld_imm64`` is two)."""
-    return sum(i.slots() for i in ps.insns)
+    return _count(ps.insns)
 
 
 @dataclass
@@ -36,6 +38,12 @@ class PassRecord:
     after: int
     accepted: bool
     reason: str = ""  # why the checker refused it
+    seconds: float = 0.0  # time the pass took (not checking)
+
+    @property
+    def npi_refused(self) -> bool:
+        """Refused only because it would raise the verifier's processed instructions."""
+        return not self.accepted and self.reason.startswith(NPI_REFUSED)
 
 
 @dataclass
@@ -58,7 +66,16 @@ class ProgramResult:
         return count_slots(self.optimized)
 
     def rolled_back(self) -> list[PassRecord]:
+        """Every refused pass result (failed proofs and NPI refusals)."""
         return [r for r in self.records if not r.accepted]
+
+    def failed(self) -> list[PassRecord]:
+        """Pass results the kernel refused or that behaved differently (bugs), not NPI refusals."""
+        return [r for r in self.records if not r.accepted and not r.npi_refused]
+
+    def npi_refused(self) -> list[PassRecord]:
+        """Pass results skipped because the verifier would have processed more instructions."""
+        return [r for r in self.records if r.npi_refused]
 
     def saved_by_pass(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -104,12 +121,13 @@ def optimize_program(ps: ProgramSpec, passes: Sequence[Pass], check: CheckFn | N
             t0 = time.perf_counter()
             new_code, n = p.run(code, ps.type)
             candidate = new_code.to_program(current) if n else current
-            spent += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            spent += dt
             if not n:
                 continue
             before, after = count_slots(current), count_slots(candidate)
             reason = check(ps.name, candidate) if check is not None else None
-            rec = PassRecord(p.name, rnd, n, before, after, reason is None, reason or "")
+            rec = PassRecord(p.name, rnd, n, before, after, reason is None, reason or "", dt)
             res.records.append(rec)
             if reason is None:
                 current, code = candidate, new_code

@@ -4,14 +4,18 @@ A definition is an instruction index; ``ENTRY`` stands for "the value the regist
 was entered" (arguments, the context in ``r1``, the frame pointer). Calls define ``r0``-``r5`` (``r1``-``r5``
 as clobbered). Passes use the chains to ask "is this value used anywhere else?" before folding the
 instructions that computed it into one.
+
+Per instruction the reaching definitions are a tuple of eleven frozensets, shared between instructions that
+define nothing; blocks are visited in reverse post-order from a heap, so acyclic code is walked once.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from .cfg import CFG
-from .effects import effect
+from .effects import Effect, effects, regs_of
 
 __all__ = ["ENTRY", "DefUse", "def_use"]
 
@@ -37,44 +41,59 @@ class DefUse:
         return None
 
 
-def def_use(cfg: CFG) -> DefUse:
-    n = len(cfg.code.insns)
+def def_use(cfg: CFG, effs: list[Effect] | None = None) -> DefUse:
+    insns = cfg.code.insns
+    n = len(insns)
     empty: Defs = tuple(frozenset() for _ in range(_NREGS))
     reaching: list[Defs] = [empty] * n
-    effects = [effect(ins) for ins in cfg.code.insns]
+    effs = effs if effs is not None else effects(insns)
+    defined = [regs_of(e.defs) for e in effs]
+    entry: Defs = tuple(frozenset({ENTRY}) for _ in range(_NREGS))
     for fn in cfg.functions.values():
-        entry: Defs = tuple(frozenset({ENTRY}) for _ in range(_NREGS))
-        block_in: dict[int, Defs | None] = {b: None for b in fn.blocks}
-        block_in[fn.start] = entry
+        block_in: dict[int, Defs] = {fn.start: entry}
         order = fn.rpo()
-        changed = True
-        while changed:
-            changed = False
-            for bs in order:
-                cur = block_in[bs]
-                if cur is None:
+        rank = {b: k for k, b in enumerate(order)}
+        heap = [0]
+        queued = {fn.start}
+        while heap:
+            bs = order[heapq.heappop(heap)]
+            queued.discard(bs)
+            cur = block_in[bs]
+            b = fn.blocks[bs]
+            for i in range(b.start, b.end):
+                reaching[i] = cur
+                d = defined[i]
+                if d:
+                    state = list(cur)
+                    one = frozenset((i,))
+                    for r in d:
+                        state[r] = one
+                    cur = tuple(state)
+            for s in b.succs:
+                old = block_in.get(s)
+                if old is None:
+                    block_in[s] = cur
+                elif old is cur:
                     continue
-                b = fn.blocks[bs]
-                state = list(cur)
-                for i in b.indices():
-                    reaching[i] = tuple(state)
-                    d = effects[i].defs
-                    if d:
-                        for r in range(_NREGS):
-                            if d & (1 << r):
-                                state[r] = frozenset({i})
-                out = tuple(state)
-                for s in b.succs:
-                    old = block_in[s]
-                    new = out if old is None else tuple(a | c for a, c in zip(old, out, strict=True))
-                    if new != old:
-                        block_in[s] = new
-                        changed = True
+                else:
+                    new = tuple(a if a is c or c <= a else a | c for a, c in zip(old, cur, strict=True))
+                    if new == old:
+                        continue
+                    block_in[s] = new
+                if s not in queued:
+                    queued.add(s)
+                    heapq.heappush(heap, rank[s])
     uses_of: dict[int, set[int]] = {}
     for i in range(n):
-        u = effects[i].uses
-        for r in range(_NREGS):
-            if u & (1 << r):
-                for d in reaching[i][r]:
-                    uses_of.setdefault(d, set()).add(i)
+        u = effs[i].uses
+        if not u:
+            continue
+        ri = reaching[i]
+        for r in regs_of(u):
+            for d in ri[r]:
+                s = uses_of.get(d)
+                if s is None:
+                    uses_of[d] = {i}
+                else:
+                    s.add(i)
     return DefUse(reaching, uses_of)

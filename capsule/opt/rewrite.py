@@ -12,8 +12,9 @@ next). ``to_program`` turns the result back into slot offsets; symbol sizes foll
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 
-from capsule.bpf.insn import Insn, slot_offsets
+from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import CallKind, Pseudo
 from capsule.bpf.spec import FuncInfo, LineInfo, ProgramSpec
 
@@ -26,11 +27,25 @@ class RewriteError(ValueError):
 
 def has_target(ins: Insn) -> bool:
     """Whether ``ins`` refers to another instruction of the program by relative offset."""
+    c = ins.code
+    if c & 7 not in (0, 5, 6):
+        return False  # neither a jump, a call nor ld_imm64 (the common case, decided without properties)
     if ins.is_jump:
         return True
     if ins.is_call and ins.src == CallKind.BPF:
         return True
     return ins.is_ld_imm64 and ins.src == Pseudo.FUNC
+
+
+def slot_offsets(insns: list[Insn]) -> list[int]:
+    """The slot at which each instruction starts (``capsule.bpf.insn.slot_offsets``, without a method call
+    per instruction)."""
+    return list(accumulate((2 if ins.code == 0x18 else 1 for ins in insns), initial=0))[:-1] if insns else []
+
+
+def count_slots(insns: list[Insn]) -> int:
+    codes = [ins.code for ins in insns]
+    return len(codes) + codes.count(0x18)
 
 
 def _s32(v: int) -> int:
@@ -64,6 +79,9 @@ class Code:
     @classmethod
     def from_program(cls, ps: ProgramSpec) -> Code:
         insns = list(ps.insns)
+        for i, ins in enumerate(insns):
+            if ins.dst > 10 or ins.src > 10:
+                raise RewriteError(f"{ps.name}: instruction {i} names a register above r10")
         offs = slot_offsets(insns)
         index_of = {o: i for i, o in enumerate(offs)}
         targets: dict[int, int] = {}
@@ -90,22 +108,28 @@ class Code:
     def to_program(self, template: ProgramSpec) -> ProgramSpec:
         """A copy of ``template`` carrying this code (offsets recomputed from indices)."""
         offs = slot_offsets(self.insns)
-        out: list[Insn] = []
-        for i, ins in enumerate(self.insns):
-            if i in self.targets:
-                delta = offs[self.targets[i]] - offs[i] - 1
-                if ins.is_ld_imm64:
-                    ins = replace(ins, imm=delta & 0xFFFFFFFF)
-                elif ins.is_call:
-                    ins = replace(ins, imm=delta)
-                else:
-                    if not ins.is_gotol and not -(1 << 15) <= delta < 1 << 15:
-                        raise RewriteError(f"instruction {i}: jump offset {delta} does not fit 16 bits")
-                    ins = ins.with_jump_offset(delta)
-            out.append(ins)
+        out: list[Insn] = list(self.insns)
+        for i, t in self.targets.items():
+            ins = out[i]
+            delta = offs[t] - offs[i] - 1
+            if ins.is_ld_imm64:
+                if ins.imm != delta & 0xFFFFFFFF:
+                    out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta & 0xFFFFFFFF, ins.ref, ins.sym)
+            elif ins.is_call:
+                if ins.imm != delta:
+                    out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta, ins.ref, ins.sym)
+            elif ins.is_gotol:
+                if ins.imm != delta:
+                    out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta, ins.ref, ins.sym)
+            else:
+                if not -(1 << 15) <= delta < 1 << 15:
+                    raise RewriteError(f"instruction {i}: jump offset {delta} does not fit 16 bits")
+                if ins.off != delta:
+                    out[i] = Insn(ins.code, ins.dst, ins.src, delta, ins.imm, ins.ref, ins.sym)
         had_fi = bool(template.func_infos)
         func_infos = [FuncInfo(offs[i], t) for i, t in sorted(self.funcs.items())] if had_fi else []
-        line_infos = [replace(li, insn_off=offs[i]) for i, li in self.lines]
+        line_infos = [li if li.insn_off == offs[i] else LineInfo(offs[i], li.file_name_off, li.line_off, li.line,
+                                                                 li.col) for i, li in self.lines]
         return replace(template, insns=out, func_infos=func_infos, line_infos=line_infos)
 
     def copy(self) -> Code:
@@ -116,7 +140,7 @@ class Code:
         return len(self.insns)
 
     def slots(self) -> int:
-        return sum(i.slots() for i in self.insns)
+        return count_slots(self.insns)
 
     def func_bounds(self) -> list[tuple[int, int]]:
         """(first, end) instruction index range of every function, in order."""
@@ -142,19 +166,21 @@ class Code:
         for i in delete:
             if i in replace_with:
                 raise RewriteError(f"instruction {i} both deleted and replaced")
-        # next survivor at or after each index
-        nxt = [n] * (n + 1)
-        for i in range(n - 1, -1, -1):
-            nxt[i] = i if i not in delete else nxt[i + 1]
-        new_index: dict[int, int] = {}
-        for i in range(n):
-            if i not in delete:
-                new_index[i] = len(new_index)
-        bounds = self.func_bounds()
+        # next survivor at or after each index, and the new index of every survivor
+        nxt = list(range(n + 1))
+        for i in sorted(delete, reverse=True):
+            nxt[i] = nxt[i + 1]
+        new_index = [0] * (n + 1)
+        k = 0
+        dels = sorted(delete)
+        prev = 0
+        for d in dels + [n]:
+            new_index[prev:d] = range(k, k + d - prev)
+            k += d - prev
+            prev = d + 1
         func_of = [0] * n
-        for s, e in bounds:
-            for i in range(s, e):
-                func_of[i] = s
+        for fs, fe in self.func_bounds():
+            func_of[fs:fe] = [fs] * (fe - fs)
 
         def moved(i: int) -> int:
             j = nxt[i]
@@ -163,25 +189,34 @@ class Code:
                                    "was deleted")
             return new_index[j]
 
-        insns: list[Insn] = []
+        # a deleted instruction's label moves to the next survivor (the first label of a deleted run wins)
+        carry: dict[int, str] = {}
+        for i in dels:
+            sym = self.insns[i].sym
+            if sym and nxt[i] < n:
+                carry.setdefault(nxt[i], sym)
+        insns = list(self.insns)
+        for i, new in replace_with.items():
+            if new.sym is None and (carry.get(i) or insns[i].sym):
+                new = replace(new, sym=carry.get(i) or insns[i].sym)
+            insns[i] = new
+        for j, sym in carry.items():
+            if j not in replace_with and insns[j].sym is None:
+                insns[j] = replace(insns[j], sym=sym)
         targets: dict[int, int] = {}
-        carried_sym: str | None = None
-        for i, ins in enumerate(self.insns):
-            if i in delete:
-                carried_sym = carried_sym or ins.sym
+        old_targets = self.targets
+        for i, t in old_targets.items():
+            if i in delete or i in replace_with:
                 continue
-            new = replace_with.get(i, ins)
-            if carried_sym and new.sym is None:
-                new = replace(new, sym=carried_sym)
-            carried_sym = None
-            if i in replace_with and ins.sym and new.sym is None:
-                new = replace(new, sym=ins.sym)
+            targets[new_index[i]] = moved(retarget.get(i, t))
+        for i, new in replace_with.items():
             if has_target(new):
-                t = retarget.get(i, self.targets.get(i))
+                t = retarget.get(i, old_targets.get(i))
                 if t is None:
                     raise RewriteError(f"replacement at {i} refers to an instruction but has no target")
-                targets[len(insns)] = moved(t)
-            insns.append(new)
+                targets[new_index[i]] = moved(t)
+        if delete:
+            insns = [ins for i, ins in enumerate(insns) if i not in delete]
         funcs = {}
         for s, tid in self.funcs.items():
             ns = moved(s)

@@ -1,89 +1,104 @@
 """Known bits of a 64-bit value (the kernel verifier's ``tnum``): ``value`` holds the known bits, ``mask`` the
 unknown ones. A constant has ``mask == 0``. Only the operations the optimizer needs, each exact or
-conservative (unknown bits are never claimed known)."""
+conservative (unknown bits are never claimed known).
+
+A ``Tnum`` is a named tuple: the value analysis creates and compares millions of them, and tuples are what
+CPython builds and compares fastest (equality and hashing run in C).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 M64 = (1 << 64) - 1
 M32 = (1 << 32) - 1
 
+_new = tuple.__new__
 
-@dataclass(frozen=True)
-class Tnum:
+
+class Tnum(NamedTuple):
     value: int
     mask: int
 
     @staticmethod
     def const(v: int) -> Tnum:
-        return Tnum(v & M64, 0)
+        return _new(Tnum, (v & M64, 0))
 
     @staticmethod
     def unknown() -> Tnum:
-        return Tnum(0, M64)
+        return UNKNOWN
 
     @staticmethod
     def range_bits(bits: int) -> Tnum:
         """Any value below ``2**bits`` (a zero-extended narrow load)."""
-        return Tnum(0, (1 << bits) - 1)
+        return _new(Tnum, (0, (1 << bits) - 1))
 
     @property
     def is_const(self) -> bool:
-        return self.mask == 0
+        return self[1] == 0
 
     def known_zero(self, bits: int) -> bool:
         """Whether every bit in the mask ``bits`` is known to be 0."""
-        return not ((self.value | self.mask) & bits)
+        return not ((self[0] | self[1]) & bits)
 
     def trailing_zeros(self) -> int:
         """How many low bits are known to be zero (alignment of an offset)."""
-        v = self.value | self.mask
+        v = self[0] | self[1]
         if v == 0:
             return 64
         return (v & -v).bit_length() - 1
 
     def join(self, o: Tnum) -> Tnum:
-        mask = self.mask | o.mask | (self.value ^ o.value)
-        return Tnum(self.value & ~mask & M64, mask)
+        if self == o:
+            return self
+        mask = self[1] | o[1] | (self[0] ^ o[0])
+        return _new(Tnum, (self[0] & ~mask & M64, mask))
 
     def add(self, o: Tnum) -> Tnum:
-        sm = (self.mask + o.mask) & M64
-        sv = (self.value + o.value) & M64
-        sigma = (sm + sv) & M64
-        chi = sigma ^ sv
-        mu = chi | self.mask | o.mask
-        return Tnum(sv & ~mu & M64, mu & M64)
+        a, am = self
+        b, bm = o
+        if not (am | bm):
+            return _new(Tnum, ((a + b) & M64, 0))
+        sm = (am + bm) & M64
+        sv = (a + b) & M64
+        chi = ((sm + sv) & M64) ^ sv
+        mu = chi | am | bm
+        return _new(Tnum, (sv & ~mu & M64, mu & M64))
 
     def sub(self, o: Tnum) -> Tnum:
-        dv = (self.value - o.value) & M64
-        alpha = (dv + self.mask) & M64
-        beta = (dv - o.mask) & M64
-        chi = alpha ^ beta
-        mu = chi | self.mask | o.mask
-        return Tnum(dv & ~mu & M64, mu & M64)
+        a, am = self
+        b, bm = o
+        dv = (a - b) & M64
+        if not (am | bm):
+            return _new(Tnum, (dv, 0))
+        chi = ((dv + am) & M64) ^ ((dv - bm) & M64)
+        mu = chi | am | bm
+        return _new(Tnum, (dv & ~mu & M64, mu & M64))
 
     def and_(self, o: Tnum) -> Tnum:
-        alpha = self.value | self.mask
-        beta = o.value | o.mask
-        v = self.value & o.value
-        return Tnum(v, alpha & beta & ~v)
+        alpha = self[0] | self[1]
+        beta = o[0] | o[1]
+        v = self[0] & o[0]
+        return _new(Tnum, (v, alpha & beta & ~v))
 
     def or_(self, o: Tnum) -> Tnum:
-        v = self.value | o.value
-        mu = self.mask | o.mask
-        return Tnum(v, mu & ~v)
+        v = self[0] | o[0]
+        mu = self[1] | o[1]
+        return _new(Tnum, (v, mu & ~v))
 
     def xor(self, o: Tnum) -> Tnum:
-        v = self.value ^ o.value
-        mu = self.mask | o.mask
-        return Tnum(v & ~mu, mu)
+        v = self[0] ^ o[0]
+        mu = self[1] | o[1]
+        return _new(Tnum, (v & ~mu, mu))
 
     def lsh(self, k: int) -> Tnum:
-        return Tnum((self.value << k) & M64, (self.mask << k) & M64)
+        return _new(Tnum, ((self[0] << k) & M64, (self[1] << k) & M64))
 
     def rsh(self, k: int) -> Tnum:
-        return Tnum(self.value >> k, self.mask >> k)
+        return _new(Tnum, (self[0] >> k, self[1] >> k))
 
     def trunc32(self) -> Tnum:
-        return Tnum(self.value & M32, self.mask & M32)
+        return _new(Tnum, (self[0] & M32, self[1] & M32))
+
+
+UNKNOWN = Tnum(0, M64)

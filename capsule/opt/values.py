@@ -9,23 +9,31 @@ Where pointers come from: ``r1`` at a program's entry is the context and ``r10``
 context give packet pointers (XDP ``data``/``data_end``/``data_meta``; ``__sk_buff`` ``data``/``data_end``/
 ``data_meta`` for skb programs); ``ld_imm64`` of a map or of global data; ``bpf_map_lookup_elem`` (and the
 per-cpu lookup) returns a map value; ``addr_space_cast`` to address space 0 makes an arena pointer. 8-byte
-register spills to fixed stack slots are followed through the stack.
+register spills to fixed stack slots are followed through the stack, across calls too when no argument of the
+call can point at the slot (a helper or callee only writes the caller's stack through a pointer argument).
+
+Speed matters here (the analysis is recomputed after every batch of edits): values, known bits and states are
+tuples, a block's state is updated in place and snapshotted per instruction, and blocks are visited in
+reverse post-order from a heap.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import heapq
 from enum import Enum
+from typing import NamedTuple
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import SIZE_BYTES, Alu, CallKind, Class, Mode, Pseudo, Size, Src
 
 from .cfg import CFG
-from .effects import CALLER_SAVED, is_addr_space_cast
+from .effects import LD_IMM64
 from .semantics import M64, alu_result, imm64
-from .tnum import Tnum
+from .tnum import UNKNOWN, Tnum
 
-__all__ = ["Kind", "Val", "State", "Values", "analyze_values", "TOP"]
+__all__ = ["Kind", "Val", "State", "Values", "analyze_values", "TOP", "access_val"]
+
+_new = tuple.__new__
+M32 = (1 << 32) - 1
 
 
 class Kind(Enum):
@@ -40,88 +48,125 @@ class Kind(Enum):
     STACK = "stack"
     ARENA = "arena"
     PTR = "pointer"  # some other kernel pointer (ringbuf memory, BTF object, function)
+    NONSTACK = "nonstack"  # anything, except a pointer into this function's stack frame
 
 
-@dataclass(frozen=True)
-class Val:
+# the members as module constants: attribute lookups on an Enum class are slow, and these are compared in
+# every step of the analysis
+K_TOP, K_SCALAR, K_CTX, K_PKT = Kind.TOP, Kind.SCALAR, Kind.CTX, Kind.PKT
+K_PKT_END, K_PKT_META, K_MAP_PTR, K_MAP_VALUE = Kind.PKT_END, Kind.PKT_META, Kind.MAP_PTR, Kind.MAP_VALUE
+K_STACK, K_ARENA, K_PTR, K_NONSTACK = Kind.STACK, Kind.ARENA, Kind.PTR, Kind.NONSTACK
+_NOT_POINTER = (K_TOP, K_SCALAR, K_NONSTACK)
+
+
+class Val(NamedTuple):
     kind: Kind
-    tn: Tnum = Tnum(0, M64)  # scalar bits, or pointer offset from the object's start
+    tn: Tnum = UNKNOWN  # scalar bits, or pointer offset from the object's start
     ref: str | None = None  # map name for MAP_PTR / MAP_VALUE
 
     @staticmethod
     def const(v: int) -> Val:
-        return Val(Kind.SCALAR, Tnum.const(v))
+        return _const(v & M64)
 
     @staticmethod
     def scalar(tn: Tnum | None = None) -> Val:
-        return Val(Kind.SCALAR, tn or Tnum.unknown())
+        return _new(Val, (K_SCALAR, tn or UNKNOWN, None))
 
     @property
     def is_const(self) -> bool:
-        return self.kind == Kind.SCALAR and self.tn.is_const
+        return self[0] is K_SCALAR and self[1][1] == 0
 
     @property
     def is_pointer(self) -> bool:
-        return self.kind not in (Kind.TOP, Kind.SCALAR)
+        return self[0] not in _NOT_POINTER
 
     @property
     def const_offset(self) -> int | None:
         """A pointer's exact offset (signed), when known."""
-        if not self.is_pointer or not self.tn.is_const:
+        if self[0] in _NOT_POINTER or self[1][1]:
             return None
-        v = self.tn.value
+        v = self[1][0]
         return v - (1 << 64) if v >> 63 else v
 
     def join(self, o: Val) -> Val:
         if self == o:
             return self
-        if self.kind != o.kind or self.ref != o.ref or self.kind == Kind.TOP:
-            return TOP
-        return Val(self.kind, self.tn.join(o.tn), self.ref)
+        k = self[0]
+        if k is not o[0] or self[2] != o[2] or k is K_TOP or k is K_NONSTACK:
+            # different kinds: the stack pointer is the one fact worth keeping apart (spills, dead stores)
+            if k is K_TOP or o[0] is K_TOP or k is K_STACK or o[0] is K_STACK:
+                return TOP
+            return NONSTACK
+        return _new(Val, (k, self[1].join(o[1]), self[2]))
 
 
-TOP = Val(Kind.TOP)
-_UNINIT = Val(Kind.TOP)
+TOP = Val(K_TOP)
+NONSTACK = Val(K_NONSTACK)
+_UNINIT = TOP
+SCALAR = Val(K_SCALAR, UNKNOWN)
+_RANGE = {bits: Val(K_SCALAR, Tnum.range_bits(bits)) for bits in (8, 16, 32)}
+_CONSTS: dict[int, Val] = {}
+
+
+def _const(v: int) -> Val:
+    c = _CONSTS.get(v)
+    if c is None:
+        if len(_CONSTS) > 100_000:
+            _CONSTS.clear()
+        c = _CONSTS[v] = _new(Val, (K_SCALAR, _new(Tnum, (v, 0)), None))
+    return c
+
 
 # context fields that hold packet pointers: prog type -> {offset: kind}
-_XDP = {0: Kind.PKT, 4: Kind.PKT_END, 8: Kind.PKT_META}
-_SKB = {76: Kind.PKT, 80: Kind.PKT_END, 140: Kind.PKT_META}
+_XDP = {0: K_PKT, 4: K_PKT_END, 8: K_PKT_META}
+_SKB = {76: K_PKT, 80: K_PKT_END, 140: K_PKT_META}
 CTX_POINTERS: dict[int, dict[int, Kind]] = {6: _XDP, 3: _SKB, 4: _SKB, 8: _SKB, 10: _SKB, 11: _SKB, 12: _SKB}
 _MAP_VALUE_HELPERS = (1, 195)  # map_lookup_elem, map_lookup_percpu_elem
+_SIZE = {0x00: 4, 0x08: 2, 0x10: 1, 0x18: 8}
+_NO_VALUE = frozenset(c for c in range(256) if c & 7 in (5, 6) and c != 0x85)  # jumps, exit
 
 
-@dataclass
-class State:
+class State(NamedTuple):
     regs: tuple[Val, ...]
-    spills: dict[int, Val] = field(default_factory=dict)  # fp offset of an 8-byte slot -> value
+    spills: dict[int, Val] = {}  # fp offset of an 8-byte slot -> value (never mutated once in a State)
 
     def join(self, o: State) -> State:
-        regs = tuple(a.join(b) for a, b in zip(self.regs, o.regs, strict=True))
-        spills = {k: v.join(o.spills[k]) for k, v in self.spills.items() if k in o.spills}
-        spills = {k: v for k, v in spills.items() if v != TOP}
-        return State(regs, spills)
+        if self[0] == o[0]:
+            regs = self[0]
+        else:
+            regs = tuple([a if a == b else a.join(b) for a, b in zip(self[0], o[0], strict=True)])
+        sp, osp = self[1], o[1]
+        if sp is osp or sp == osp:
+            return _new(State, (regs, sp))
+        # the slots both sides agree on, found in C; then the few that differ
+        spills = dict(sp.items() & osp.items())
+        for k in sp.keys() & osp.keys():
+            if k not in spills:
+                j = sp[k].join(osp[k])
+                if j is not TOP:
+                    spills[k] = j
+        return _new(State, (regs, spills))
 
-    def __eq__(self, o: object) -> bool:
-        return isinstance(o, State) and self.regs == o.regs and self.spills == o.spills
 
-
-@dataclass
 class Values:
-    before: list[State | None]  # per instruction; None for unreachable code
+    """Per instruction, the state before it runs (None for unreachable code)."""
+
+    def __init__(self, before: list[State | None]) -> None:
+        self.before = before
 
     def reg(self, i: int, r: int) -> Val:
         s = self.before[i]
-        return TOP if s is None else s.regs[r]
+        return TOP if s is None else s[0][r]
 
     def reachable(self, i: int) -> bool:
         return self.before[i] is not None
 
 
 def _mem_access(st: State, base: int, off: int) -> Val:
-    v = st.regs[base]
-    if not v.is_pointer:
+    v = st[0][base]
+    if v[0] in _NOT_POINTER:
         return v
-    return Val(v.kind, v.tn.add(Tnum.const(off)), v.ref)
+    return _new(Val, (v[0], v[1].add(_new(Tnum, (off & M64, 0))), v[2]))
 
 
 def access_val(values: Values, i: int, base: int, off: int) -> Val:
@@ -130,38 +175,58 @@ def access_val(values: Values, i: int, base: int, off: int) -> Val:
     return TOP if s is None else _mem_access(s, base, off)
 
 
-def _alu(ins: Insn, st: State) -> Val:
-    w32 = ins.cls == Class.ALU
-    op = ins.code & 0xF0
-    d = st.regs[ins.dst]
-    s = st.regs[ins.src] if ins.code & Src.X else Val.const(ins.imm & 0xFFFFFFFF if w32 else imm64(ins.imm))
-    if is_addr_space_cast(ins):
-        if ins.imm >> 16 == 0:  # to the kernel address space: an arena pointer the program may dereference
-            return Val(Kind.ARENA, Tnum.unknown())
-        return Val.scalar()
-    if op == Alu.MOV and not ins.off:
-        if ins.code & Src.X:
-            if w32:
-                return Val.scalar(s.tn.trunc32()) if s.kind == Kind.SCALAR else Val.scalar(Tnum.range_bits(32))
+# -- transfer functions ---------------------------------------------------------------------------------------
+def _alu(ins: Insn, regs: list[Val]) -> Val:
+    c = ins.code
+    w32 = c & 7 == 4
+    op = c & 0xF0
+    x = c & 0x08
+    if op == 0xB0 and not ins.off:  # mov
+        if not x:
+            return _const(ins.imm & M32 if w32 else imm64(ins.imm))
+        s = regs[ins.src]
+        if not w32:
             return s
-        return s
-    if d.kind == Kind.SCALAR and (s.kind == Kind.SCALAR or op in (Alu.NEG, Alu.END)):
-        if d.tn.is_const and (s.tn.is_const or not ins.code & Src.X or op in (Alu.NEG, Alu.END)):
-            r = alu_result(ins, d.tn.value, s.tn.value)
+        if s[0] is K_SCALAR:
+            return _new(Val, (K_SCALAR, s[1].trunc32(), None)) if s[1][1] else _const(s[1][0] & M32)
+        return _RANGE[32]
+    if op == 0xB0:
+        if ins.off == 1 and x and not w32:  # addr_space_cast
+            if ins.imm >> 16 == 0:  # to the kernel address space: an arena pointer the program may dereference
+                return _new(Val, (K_ARENA, UNKNOWN, None))
+            return SCALAR
+        s = regs[ins.src] if x else TOP  # movsx
+        if s[0] is K_SCALAR and not s[1][1]:
+            r = alu_result(ins, 0, s[1][0])
             if r is not None:
-                return Val.const(r)
-        return Val.scalar(_alu_bits(ins, d.tn, s.tn, w32))
-    if not w32 and op in (Alu.ADD, Alu.SUB) and not ins.off:
-        if d.is_pointer and s.kind == Kind.SCALAR:
-            tn = d.tn.add(s.tn) if op == Alu.ADD else d.tn.sub(s.tn)
-            return Val(d.kind, tn, d.ref)
-        if op == Alu.ADD and s.is_pointer and d.kind == Kind.SCALAR:
-            return Val(s.kind, s.tn.add(d.tn), s.ref)
-        if op == Alu.SUB and d.is_pointer and s.is_pointer:
-            return Val.scalar()
+                return _const(r)
+        return _RANGE[32] if w32 else SCALAR
+    d = regs[ins.dst]
+    if x:
+        s = regs[ins.src]
+    else:
+        s = _const(ins.imm & M32 if w32 else imm64(ins.imm))  # sign-extended, as 64-bit operations see it
+    dk = d[0]
+    if dk is K_SCALAR and (s[0] is K_SCALAR or op in (0x80, 0xD0)):
+        if not d[1][1] and (not s[1][1] or op in (0x80, 0xD0)):
+            r = alu_result(ins, d[1][0], s[1][0])
+            if r is not None:
+                return _const(r)
+        return _new(Val, (K_SCALAR, _alu_bits(ins, d[1], s[1], w32), None))
+    if not w32 and op in (0x00, 0x10) and not ins.off:
+        sk = s[0]
+        if dk not in _NOT_POINTER and sk is K_SCALAR:
+            return _new(Val, (dk, d[1].add(s[1]) if op == 0 else d[1].sub(s[1]), d[2]))
+        if op == 0 and sk not in _NOT_POINTER and dk is K_SCALAR:
+            return _new(Val, (sk, s[1].add(d[1]), s[2]))
+        if op == 0x10 and dk not in _NOT_POINTER and sk not in _NOT_POINTER:
+            return SCALAR
     if w32:
-        return Val.scalar(Tnum.range_bits(32))
-    return TOP if (d.kind == Kind.TOP or s.kind == Kind.TOP) else Val.scalar()
+        return _RANGE[32]
+    if dk is K_TOP or s[0] is K_TOP or dk is K_STACK or s[0] is K_STACK:
+        return TOP  # (a stack pointer plus something unknown is still a stack pointer)
+    # pointer arithmetic keeps the pointer's object; without a stack pointer in, there is none out
+    return NONSTACK if dk is K_NONSTACK or s[0] is K_NONSTACK else SCALAR
 
 
 def _alu_bits(ins: Insn, a: Tnum, b: Tnum, w32: bool) -> Tnum:
@@ -169,118 +234,202 @@ def _alu_bits(ins: Insn, a: Tnum, b: Tnum, w32: bool) -> Tnum:
     if w32:
         a, b = a.trunc32(), b.trunc32()
     r: Tnum
-    if ins.off and op != Alu.MOV:
-        r = Tnum.unknown()
-    elif op == Alu.ADD:
+    if ins.off and op != 0xB0:
+        r = UNKNOWN
+    elif op == 0x00:
         r = a.add(b)
-    elif op == Alu.SUB:
+    elif op == 0x10:
         r = a.sub(b)
-    elif op == Alu.AND:
+    elif op == 0x50:
         r = a.and_(b)
-    elif op == Alu.OR:
+    elif op == 0x40:
         r = a.or_(b)
-    elif op == Alu.XOR:
+    elif op == 0xA0:
         r = a.xor(b)
-    elif op == Alu.LSH and b.is_const:
-        r = a.lsh(b.value & (31 if w32 else 63))
-    elif op == Alu.RSH and b.is_const:
-        r = a.rsh(b.value & (31 if w32 else 63))
-    elif op == Alu.END and ins.imm in (16, 32) and not (ins.code & Src.X) and ins.cls == Class.ALU:
-        r = Tnum(a.value & ((1 << ins.imm) - 1), a.mask & ((1 << ins.imm) - 1))
-    elif op == Alu.END and ins.imm in (16, 32):
+    elif op == 0x60 and not b[1]:
+        r = a.lsh(b[0] & (31 if w32 else 63))
+    elif op == 0x70 and not b[1]:
+        r = a.rsh(b[0] & (31 if w32 else 63))
+    elif op == 0xD0 and ins.imm in (16, 32) and not (ins.code & 0x08) and not (ins.code & 3 == 3):
+        m = (1 << ins.imm) - 1
+        r = _new(Tnum, (a[0] & m, a[1] & m))
+    elif op == 0xD0 and ins.imm in (16, 32):
         r = Tnum.range_bits(ins.imm)
     else:
-        r = Tnum.unknown()
+        r = UNKNOWN
     return r.trunc32() if w32 else r
 
 
 def _load(ins: Insn, st: State, prog_type: int) -> Val:
-    size = SIZE_BYTES[Size(ins.code & 0x18)]
+    size = _SIZE[ins.code & 0x18]
+    if ins.code & 0xE0 == 0x80:  # sign-extending load
+        return SCALAR
     p = _mem_access(st, ins.src, ins.off)
-    if (ins.code & 0xE0) == Mode.MEMSX:
-        return Val.scalar()
-    if p.kind == Kind.CTX and p.const_offset is not None and size == 4:
-        kind = CTX_POINTERS.get(prog_type, {}).get(p.const_offset)
+    pk = p[0]
+    if pk is K_CTX and size == 4 and not p[1][1]:
+        kind = CTX_POINTERS.get(prog_type, {}).get(p.const_offset)  # type: ignore[arg-type]
         if kind is not None:
-            return Val(kind, Tnum.const(0))
-    if p.kind == Kind.STACK and size == 8 and p.const_offset is not None and p.const_offset in st.spills:
-        return st.spills[p.const_offset]
+            return _new(Val, (kind, _new(Tnum, (0, 0)), None))
+    if pk is K_STACK and size == 8 and not p[1][1]:
+        v = st[1].get(p.const_offset)  # type: ignore[arg-type]
+        if v is not None:
+            return v
     if size < 8:
-        return Val.scalar(Tnum.range_bits(size * 8))
-    if p.kind in (Kind.PKT, Kind.ARENA, Kind.STACK):
-        return Val.scalar()
-    return TOP  # an 8-byte field may hold a kernel pointer (ctx fields, kptrs)
+        return _RANGE[size * 8]
+    if pk is K_PKT or pk is K_ARENA:
+        return SCALAR
+    if pk is K_STACK or pk is K_TOP:
+        return TOP  # a slot we do not follow may hold any spilled pointer, a stack pointer too
+    # an 8-byte field elsewhere may hold a kernel pointer (ctx fields, kptrs), never a usable stack pointer:
+    # the verifier only tracks stack pointers in registers and stack slots
+    return NONSTACK
 
 
 def _store(ins: Insn, st: State) -> dict[int, Val]:
+    spills = st[1]
     p = _mem_access(st, ins.dst, ins.off)
-    size = SIZE_BYTES[Size(ins.code & 0x18)]
-    spills = st.spills
-    if p.kind == Kind.STACK and p.const_offset is not None:
+    pk = p[0]
+    if pk is K_STACK and not p[1][1]:
         lo = p.const_offset
-        spills = {k: v for k, v in spills.items() if k + 8 <= lo or k >= lo + size}
-        if size == 8 and (ins.code & 0xE0) == Mode.MEM:
-            v = st.regs[ins.src] if ins.cls == Class.STX else Val.const(imm64(ins.imm))
-            if v != TOP:
+        assert lo is not None
+        size = _SIZE[ins.code & 0x18]
+        if size == 8 and ins.code & 0xE0 == 0x60:
+            if spills:
+                spills = {k: v for k, v in spills.items() if k + 8 <= lo or k >= lo + size}
+            v = st[0][ins.src] if ins.code & 7 == 3 else _const(imm64(ins.imm))
+            if v is not TOP and v[0] is not K_TOP:
+                spills = dict(spills)
                 spills[lo] = v
-        return spills
-    if p.kind in (Kind.TOP, Kind.STACK):
+            return spills
+        return _misc(spills, lo, size)
+    if pk is K_TOP or pk is K_STACK:
         return {}
     return spills
 
 
-def step(ins: Insn, st: State, prog_type: int, i: int, code_targets: dict[int, int]) -> State:
-    """The state after ``ins``."""
-    regs = list(st.regs)
-    spills = st.spills
-    cls = ins.cls
-    if cls in (Class.ALU, Class.ALU64):
-        regs[ins.dst] = _alu(ins, st)
-    elif ins.is_ld_imm64:
-        if ins.src == Pseudo.NONE:
-            regs[ins.dst] = Val.const(ins.imm)
-        elif ins.src == Pseudo.MAP_FD:
-            regs[ins.dst] = Val(Kind.MAP_PTR, Tnum.const(0), ins.ref)
-        elif ins.src in (Pseudo.MAP_VALUE, Pseudo.MAP_IDX_VALUE):
-            regs[ins.dst] = Val(Kind.MAP_VALUE, Tnum.const(ins.imm >> 32), ins.ref)
+# what known helpers write through their arguments: (pointer argument, size argument or a fixed size as a
+# negative number, None when unknown); helpers absent from the table are not trusted with stack pointers
+_NOTHING: tuple[tuple[int, int | None], ...] = ()
+_HELPER_WRITES: dict[int, tuple[tuple[int, int | None], ...]] = {
+    **dict.fromkeys((1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 14, 15, 23, 25, 27, 28, 34, 35, 42, 44, 46, 51, 54, 65,
+                     87, 109, 118, 125, 130, 131, 132, 133, 134, 158, 160, 173, 185, 190, 195), _NOTHING),
+    4: ((1, 2),), 16: ((1, 2),), 45: ((1, 2),), 112: ((1, 2),), 113: ((1, 2),), 114: ((1, 2),),
+    115: ((1, 2),), 165: ((1, 2),), 55: ((3, 4),), 67: ((2, 3),), 69: ((2, 3),), 120: ((3, 4),),
+    26: ((3, 4),), 189: ((3, 4),), 88: ((2, None),), 89: ((2, None),), 183: ((3, -8),), 184: ((2, -8),),
+}
+
+
+def _call_spills(st: State, ins: Insn) -> dict[int, Val]:
+    """The spills a call leaves. A helper of ``_HELPER_WRITES`` writes the caller's stack only through its
+    listed pointer arguments: ``size`` bytes when the size is known, else anything at or above the pointer;
+    an argument we cannot name may be a stack pointer. Other calls (kfuncs, subprograms, callbacks, helpers not
+    listed, such as dynptrs writing through pointers kept in memory) keep the spills only when no argument
+    may point into the stack at all."""
+    spills = st[1]
+    if not spills:
+        return spills
+    regs = st[0]
+    writes = _HELPER_WRITES.get(ins.imm) if ins.src == 0 else None
+    if writes is None:
+        for r in range(1, 6):
+            k = regs[r][0]
+            if k is K_TOP or k is K_STACK:
+                return {}
+        return spills
+    for ptr, size in writes:
+        v = regs[ptr]
+        k = v[0]
+        if k is K_TOP:
+            return {}
+        if k is not K_STACK:
+            continue
+        lo = v.const_offset
+        if lo is None:
+            return {}
+        n: int | None = None
+        if size is not None and size < 0:
+            n = -size
+        elif size is not None and regs[size].is_const:
+            n = regs[size][1][0]
+        if n is None or n > 512:
+            spills = {k: w for k, w in spills.items() if k + 8 <= lo}
         else:
-            regs[ins.dst] = Val(Kind.PTR)
-    elif cls == Class.LD:
-        size = SIZE_BYTES[Size(ins.code & 0x18)]
-        for r in range(6):
-            regs[r] = TOP
-        regs[0] = Val.scalar(Tnum.range_bits(size * 8))
-    elif cls == Class.LDX:
+            spills = _misc(spills, lo, n)
+    return spills
+
+
+def _misc(spills: dict[int, Val], lo: int, n: int) -> dict[int, Val]:
+    """The spills after bytes ``[lo, lo + n)`` of the frame receive data that is not a whole register spill
+    (a narrow store, a helper's output). The verifier only follows pointers spilled with an 8-byte store to an
+    aligned slot and reads any slot holding such bytes back as a scalar: every slot they touch holds a value
+    that is no stack pointer."""
+    out = {k: v for k, v in spills.items() if k + 8 <= lo or k >= lo + n}
+    first = lo - lo % 8
+    for k in range(first, lo + n, 8):
+        if k + 8 <= 0:
+            out[k] = NONSTACK
+    return out
+
+
+def step(ins: Insn, st: State, prog_type: int) -> State:
+    """The state after ``ins`` (the analysis inlines the common cases of this)."""
+    regs = list(st[0])
+    spills = _step(ins, regs, st, prog_type)
+    return _new(State, (tuple(regs), spills))
+
+
+def _step(ins: Insn, regs: list[Val], st: State, prog_type: int) -> dict[int, Val]:
+    """Update ``regs`` (a copy of ``st.regs``) for ``ins``; return the spills after it."""
+    c = ins.code
+    cls = c & 7
+    if cls == 7 or cls == 4:
+        regs[ins.dst] = _alu(ins, regs)
+    elif cls == 1:
         regs[ins.dst] = _load(ins, st, prog_type)
-    elif cls == Class.ST or (cls == Class.STX and (ins.code & 0xE0) == Mode.MEM):
-        spills = _store(ins, st)
-    elif cls == Class.STX:  # atomics
-        spills = _store(ins, st)
-        for r in range(11):
-            if ins.imm & 1 and r == (0 if ins.imm == 0xF1 else ins.src):
-                regs[r] = Val.scalar() if ins.code & 0x18 == Size.DW else Val.scalar(Tnum.range_bits(32))
-    elif ins.is_call:
-        ret = TOP
-        if ins.src == CallKind.HELPER and ins.imm in _MAP_VALUE_HELPERS and regs[1].kind == Kind.MAP_PTR:
-            ret = Val(Kind.MAP_VALUE, Tnum.const(0), regs[1].ref)
-        for r in range(6):
-            if CALLER_SAVED & (1 << r):
-                regs[r] = TOP
-        regs[0] = ret
-        spills = {}
-    return State(tuple(regs), spills)
-
-
-def _widen(old: State, new: State) -> State:
-    """Jump to the top of each lattice column that is still changing (bounds the rounds at loop heads)."""
-    regs = []
-    for o, n in zip(old.regs, new.regs, strict=True):
-        if o == n or n.kind == Kind.TOP:
-            regs.append(n)
+    elif cls == 2 or cls == 3:
+        if cls == 3 and c & 0xE0 == 0xC0:  # atomics
+            imm = ins.imm
+            if imm & 1:
+                r = 0 if imm == 0xF1 else ins.src
+                regs[r] = SCALAR if c & 0x18 == 0x18 else _RANGE[32]
+        return _store(ins, st)
+    elif c == LD_IMM64:
+        src = ins.src
+        if src == 0:
+            regs[ins.dst] = _const(ins.imm & M64)
+        elif src == 1:
+            regs[ins.dst] = _new(Val, (K_MAP_PTR, _new(Tnum, (0, 0)), ins.ref))
+        elif src in (2, 6):
+            regs[ins.dst] = _new(Val, (K_MAP_VALUE, _new(Tnum, (ins.imm >> 32, 0)), ins.ref))
         else:
-            regs.append(Val(n.kind, Tnum.unknown(), n.ref))
-    spills = {k: v for k, v in new.spills.items() if old.spills.get(k) == v}
-    return State(tuple(regs), spills)
+            regs[ins.dst] = _new(Val, (K_PTR, UNKNOWN, None))
+    elif cls == 0:  # ld_abs / ld_ind
+        size = _SIZE[c & 0x18]
+        for r in range(1, 6):
+            regs[r] = NONSTACK
+        regs[0] = _RANGE[size * 8] if size < 8 else SCALAR
+        return st[1]
+    elif c == 0x85:  # call
+        ret = TOP if ins.src == 1 else NONSTACK  # helpers and kfuncs never return stack pointers
+        if ins.src == 0 and ins.imm in _MAP_VALUE_HELPERS and regs[1][0] is K_MAP_PTR:
+            ret = _new(Val, (K_MAP_VALUE, _new(Tnum, (0, 0)), regs[1][2]))
+        spills = _call_spills(st, ins)
+        regs[0] = ret
+        for r in range(1, 6):
+            regs[r] = NONSTACK  # clobbered: the verifier refuses to read them
+        return spills
+    return st[1]
+
+
+def _widen(old: State, new: State, regs_too: bool = True) -> State:
+    """Jump to the top of each lattice column that is still changing (bounds the rounds at loop heads)."""
+    regs = new[0]
+    if regs_too:
+        regs = tuple([n if o == n or n[0] is K_TOP else _new(Val, (n[0], UNKNOWN, n[2]))
+                      for o, n in zip(old[0], new[0], strict=True)])
+    osp = old[1]
+    spills = {k: v for k, v in new[1].items() if osp.get(k) == v}
+    return _new(State, (regs, spills))
 
 
 def analyze_values(cfg: CFG, prog_type: int) -> Values:
@@ -288,33 +437,56 @@ def analyze_values(cfg: CFG, prog_type: int) -> Values:
     before: list[State | None] = [None] * n
     insns = cfg.code.insns
     for fstart, fn in cfg.functions.items():
-        regs = [_UNINIT] * 11
-        regs[10] = Val(Kind.STACK, Tnum.const(0))
+        # a subprogram's arguments may point into its caller's frame (TOP); a program's entry has only the
+        # context, the other registers are uninitialised (unreadable, so never a stack pointer)
+        regs0 = [TOP] * 11 if fstart else [NONSTACK] * 11
+        regs0[10] = _new(Val, (K_STACK, _new(Tnum, (0, 0)), None))
         if fstart == 0:
-            regs[1] = Val(Kind.CTX, Tnum.const(0))
-        block_in: dict[int, State | None] = {b: None for b in fn.blocks}
-        block_in[fstart] = State(tuple(regs))
+            regs0[1] = _new(Val, (K_CTX, _new(Tnum, (0, 0)), None))
+        blocks = fn.blocks
+        block_in: dict[int, State] = {fstart: _new(State, (tuple(regs0), {}))}
         order = fn.rpo()
         rank = {b: k for k, b in enumerate(order)}
         visits: dict[int, int] = {}
-        pending = {fstart}
-        while pending:
-            bs = min(pending, key=rank.__getitem__)
-            pending.discard(bs)
+        heap = [0]
+        queued = {fstart}
+        while heap:
+            bs = order[heapq.heappop(heap)]
+            queued.discard(bs)
             st = block_in[bs]
-            assert st is not None
-            b = fn.blocks[bs]
-            for i in b.indices():
+            b = blocks[bs]
+            regs = list(st[0])
+            spills = st[1]
+            for i in range(b.start, b.end):
                 before[i] = st
-                st = step(insns[i], st, prog_type, i, cfg.code.targets)
-            for s in b.succs:
-                old = block_in[s]
-                new = st if old is None else old.join(st)
-                if old is not None and new == old:
+                ins = insns[i]
+                c = ins.code
+                if c == 0xB7:  # mov64 K, the commonest instruction: inline
+                    imm = ins.imm
+                    v = (imm - 0x100000000 if imm > 0x7FFFFFFF else imm) & M64
+                    regs[ins.dst] = _CONSTS.get(v) or _const(v)
+                elif c == 0xBF and not ins.off:  # mov64 X
+                    regs[ins.dst] = regs[ins.src]
+                elif c in _NO_VALUE:  # jumps and exit change no value
                     continue
-                visits[s] = visits.get(s, 0) + 1
-                if old is not None and visits[s] > 3:
-                    new = _widen(old, new)
+                elif c & 7 == 7 or c & 7 == 4:  # ALU64, ALU
+                    regs[ins.dst] = _alu(ins, regs)
+                else:
+                    spills = _step(ins, regs, st, prog_type)
+                st = _new(State, (tuple(regs), spills))
+            for s in b.succs:
+                old = block_in.get(s)
+                if old is None:
+                    new = st
+                else:
+                    new = old.join(st)
+                    if new == old:
+                        continue
+                    v = visits[s] = visits.get(s, 0) + 1
+                    if v > 1:  # stack slots still changing are dropped early (joining them is costly), ...
+                        new = _widen(old, new, regs_too=v > 3)  # ... registers get a few more rounds
                 block_in[s] = new
-                pending.add(s)
+                if s not in queued:
+                    queued.add(s)
+                    heapq.heappush(heap, rank[s])
     return Values(before)

@@ -16,7 +16,8 @@ What the verifier accepts (kernel/bpf/verifier.c, ``check_ptr_alignment``; x86-6
   are merged, aligned;
 - anything the analysis cannot name is left alone.
 
-A load composition is recognised by walking back from an ``|=`` through its single-use operands (byte/half
+A load composition is recognised by walking back from an ``|=`` through its single-use operands (block-local
+def-use, ``capsule.opt.local``) (byte/half
 loads, left shifts by whole bytes, register copies) inside one basic block; it must fill bytes ``0..N-1`` of
 the result from ``base+off .. base+off+N-1`` in little-endian order, from one unmodified base, with no store
 or call in between. A store group is a set of stores in one block of ``V >> 8k`` (through copies and right
@@ -33,11 +34,13 @@ from capsule.bpf.opcodes import BYTES_SIZE, Alu, Class, Mode, Src
 
 from ..analysis import Analysis
 from ..effects import effect, mem_size
-from ..reaching import ENTRY
 from ..values import Kind, Val, access_val
 from .base import Edits, Pass
 
 _ANY_ALIGN = (Kind.PKT, Kind.PKT_META, Kind.MAP_VALUE, Kind.ARENA)
+_ORS = (Class.ALU64 | Alu.OR | Src.X, Class.ALU | Alu.OR | Src.X)
+_NARROW_LOADS = frozenset(Class.LDX | Mode.MEM | s for s in (0x00, 0x08, 0x10))
+_NARROW_STORES = frozenset(Class.STX | Mode.MEM | s for s in (0x00, 0x08, 0x10))
 SYSCALL = 31
 
 
@@ -53,7 +56,7 @@ def wide_access_ok(base: Val, size: int, prog_type: int) -> bool:
 
 @dataclass
 class _Comp:
-    base: tuple[int, frozenset[int]]  # base register and its reaching definitions at the loads
+    base: tuple[int, tuple]  # base register and the id of its value at the loads (``LocalDefs.value_id``)
     bytes: dict[int, int]  # byte position in the value -> memory offset from the base
     insns: set[int]
     first: int  # earliest instruction involved
@@ -64,21 +67,21 @@ class Align(Pass):
     summary = "merge byte-wise loads/stores that clang split into one wide access where the verifier allows"
 
     def find(self, a: Analysis, e: Edits) -> None:
-        for i, ins in enumerate(a.code.insns):
-            if not a.values.reachable(i) or not e.free(i):
-                continue
-            if ins.code in (Class.ALU64 | Alu.OR | Src.X, Class.ALU | Alu.OR | Src.X):
-                self._load(a, e, i, ins)
-        self._stores(a, e)
+        insns = a.code.insns
+        if any(ins.code in _NARROW_LOADS for ins in insns):
+            for i, ins in enumerate(insns):
+                if ins.code in _ORS and a.values.reachable(i) and e.free(i):
+                    self._load(a, e, i, ins)
+        if sum(1 for ins in insns if ins.code in _NARROW_STORES) >= 2:
+            self._stores(a, e)
 
     # -- loads ---------------------------------------------------------------------------------------------
     def _trace(self, a: Analysis, reg: int, at: int, w32: bool, depth: int = 0) -> _Comp | None:
         if depth > 24:
             return None
-        d = a.du.single_def(at, reg)
-        if d is None or d == ENTRY or d >= at or a.block_of[d] != a.block_of[at]:
-            return None
-        if a.du.uses_of.get(d, set()) != {at}:
+        loc = a.local
+        d = loc.def_before(at, reg)
+        if d is None or d < 0 or not loc.uses_within(d, reg, {at}):
             return None
         ins = a.code.insns[d]
         limit = 4 if w32 else 8
@@ -87,7 +90,7 @@ class Align(Pass):
             n = mem_size(ins)
             if n > limit:
                 return None
-            c = _Comp((ins.src, a.du.defs_at(d, ins.src)), {k: ins.off + k for k in range(n)}, {d}, d)
+            c = _Comp((ins.src, loc.value_id(d, ins.src)), {k: ins.off + k for k in range(n)}, {d}, d)
         elif ins.code in (Class.ALU64 | Alu.LSH | Src.K, Class.ALU | Alu.LSH | Src.K) and ins.imm % 8 == 0:
             c = self._trace(a, ins.dst, d, w32 or ins.cls == Class.ALU, depth + 1)
             if c is None:
@@ -122,8 +125,8 @@ class Align(Pass):
         off = c.bytes[0]
         if any(c.bytes[k] != off + k for k in range(n)) or not -(1 << 15) <= off < 1 << 15:
             return
-        base_reg, base_defs = c.base
-        if a.du.defs_at(i, base_reg) != base_defs:
+        base_reg, base_id = c.base
+        if a.local.value_id(i, base_reg) != base_id:
             return
         if not wide_access_ok(access_val(a.values, i, base_reg, off), n, a.prog_type):
             return
@@ -138,12 +141,12 @@ class Align(Pass):
         e.rewrites += 1
 
     # -- stores --------------------------------------------------------------------------------------------
-    def _source(self, a: Analysis, reg: int, at: int, chain: set[int]) -> tuple[int, frozenset[int], int] | None:
-        """(register, its reaching defs, right shift) such that ``reg`` at ``at`` holds ``that >> shift``."""
+    def _source(self, a: Analysis, reg: int, at: int, chain: set[int]) -> tuple[int, tuple, int] | None:
+        """(register, its value id, right shift) such that ``reg`` at ``at`` holds ``that >> shift``."""
         shift = 0
         for _ in range(16):
-            d = a.du.single_def(at, reg)
-            if d is None or d == ENTRY or a.block_of[d] != a.block_of[at]:
+            d = a.local.def_before(at, reg)
+            if d is None or d < 0:
                 break
             ins = a.code.insns[d]
             if ins.code == Class.ALU64 | Alu.RSH | Src.K and ins.imm % 8 == 0:
@@ -155,13 +158,13 @@ class Align(Pass):
                 reg, at = ins.src, d
             else:
                 break
-        return reg, a.du.defs_at(at, reg), shift
+        return reg, a.local.value_id(at, reg), shift
 
     def _stores(self, a: Analysis, e: Edits) -> None:
         insns = a.code.insns
         groups: dict[tuple, list[tuple[int, int, int, set[int]]]] = {}
         for j, ins in enumerate(insns):
-            if ins.cls != Class.STX or (ins.code & 0xE0) != Mode.MEM or not a.values.reachable(j):
+            if ins.code not in _NARROW_STORES or not a.values.reachable(j):
                 continue
             size = mem_size(ins)
             if size > 4:
@@ -170,9 +173,9 @@ class Align(Pass):
             src = self._source(a, ins.src, j, chain)
             if src is None:
                 continue
-            key = (a.block_of[j], ins.dst, a.du.defs_at(j, ins.dst), src[0], src[1])
+            key = (a.block_of[j], ins.dst, a.local.value_id(j, ins.dst), src[0], src[1])
             groups.setdefault(key, []).append((j, ins.off - src[2] // 8, src[2], chain))
-        for (_, base_reg, _, vreg, vdefs), members in groups.items():
+        for (_, base_reg, _, vreg, vid), members in groups.items():
             if len(members) < 2:
                 continue
             offs = {off for _, off, _, _ in members}
@@ -187,16 +190,16 @@ class Align(Pass):
                     break
                 covered |= span
             else:
-                self._store_group(a, e, base_reg, vreg, vdefs, off, covered, members)
+                self._store_group(a, e, base_reg, vreg, vid, off, covered, members)
 
-    def _store_group(self, a: Analysis, e: Edits, base_reg: int, vreg: int, vdefs: frozenset[int], off: int,
+    def _store_group(self, a: Analysis, e: Edits, base_reg: int, vreg: int, vid: tuple, off: int,
                      covered: set[int], members: list) -> None:
         n = len(covered)
         if n not in (2, 4, 8) or covered != set(range(n)) or not -(1 << 15) <= off < 1 << 15:
             return
         idx = sorted(j for j, _, _, _ in members)
         first, last = idx[0], idx[-1]
-        if a.du.defs_at(last, vreg) != vdefs:
+        if a.local.value_id(last, vreg) != vid:
             return
         if not wide_access_ok(access_val(a.values, last, base_reg, off), n, a.prog_type):
             return
@@ -208,7 +211,8 @@ class Align(Pass):
             if eff.load or eff.store or eff.call:
                 return
         # the shifted copies may go only if nothing else reads them
-        dead_chain = {d for d in chain if a.du.uses_of.get(d, set()) <= (chain | set(idx))}
+        allowed = chain | set(idx)
+        dead_chain = {d for d in chain if a.local.uses_within(d, a.code.insns[d].dst, allowed)}
         if not e.free(*idx, *dead_chain):
             return
         ins = a.code.insns[last]

@@ -25,7 +25,7 @@ class Edits:
 
     def free(self, *idx: int) -> bool:
         """Whether none of ``idx`` is already edited this round."""
-        return not any(i in self.delete or i in self.replace for i in idx)
+        return self.delete.isdisjoint(idx) and self.replace.keys().isdisjoint(idx)
 
     def __bool__(self) -> bool:
         return bool(self.delete or self.replace)
@@ -45,7 +45,7 @@ class Pass:
         total = 0
         for _ in range(MAX_ROUNDS):
             e = Edits()
-            self.find(Analysis(code, prog_type), e)
+            self.find(Analysis.of(code, prog_type), e)
             if not e:
                 break
             code = code.edit(e.delete, e.replace, e.retarget)

@@ -2,7 +2,9 @@
 
 ``rA = *(uN *)(rB + off); rA op= rC; *(uN *)(rB + off) = rA`` with ``op`` one of add/or/and/xor, N 4 or 8,
 becomes ``lock *(uN *)(rB + off) op= rC`` when ``rA``'s loaded and computed values are used by nothing else and
-``rA`` is dead afterwards; with an immediate operand ``rA = K`` stays in front (3 instructions to 2).
+``rA`` is dead afterwards; with an immediate operand ``rA = K`` stays in front (3 instructions to 2). The
+three instructions are found by scanning the block for the next instructions that touch ``rA`` (no def-use
+chains needed), within a short window.
 
 Assumptions, stated: the atomic computes the same memory result as the plain sequence for a program that is
 the only writer of that location during the sequence (a BPF program runs to completion on its CPU; the only
@@ -19,11 +21,12 @@ from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import BYTES_SIZE, Alu, Class, Mode, Src
 
 from ..analysis import Analysis
-from ..effects import effect, mem_size
-from ..values import Kind, access_val
+from ..effects import mem_size
+from ..values import Kind, Val, access_val
 from .base import Edits, Pass
 
 _OPS = (Alu.ADD, Alu.OR, Alu.AND, Alu.XOR)  # the Atomic enum uses the same numbers
+_LOADS = frozenset((Class.LDX | Mode.MEM | 0x00, Class.LDX | Mode.MEM | 0x18))  # 4 and 8 bytes
 
 
 class Fusion(Pass):
@@ -32,46 +35,45 @@ class Fusion(Pass):
 
     def find(self, a: Analysis, e: Edits) -> None:
         insns = a.code.insns
+        total = len(insns)
+        starts = a.block_starts
         for i, ld in enumerate(insns):
-            if ld.cls != Class.LDX or (ld.code & 0xE0) != Mode.MEM or not a.values.reachable(i):
+            if ld.code not in _LOADS or ld.dst == ld.src:
                 continue
             n = mem_size(ld)
-            if n not in (4, 8) or ld.dst == ld.src:
+            ra = 1 << ld.dst
+            # the next instruction touching rA must be the op, the one after it the store; all in one block
+            j = self._next_touching(a, i, ra, total, starts)
+            if j is None:
                 continue
-            uses = a.du.uses_of.get(i, set())
-            if len(uses) != 1:
-                continue
-            (j,) = uses
             op = insns[j]
-            if j <= i or a.block_of[j] != a.block_of[i] or op.dst != ld.dst or op.off:
-                continue
-            if op.cls not in (Class.ALU, Class.ALU64) or (op.code & 0xF0) not in _OPS:
+            if op.dst != ld.dst or op.off or op.cls not in (Class.ALU, Class.ALU64) or (op.code & 0xF0) not in _OPS:
                 continue
             if n == 8 and op.cls != Class.ALU64:
                 continue
             xform = bool(op.code & Src.X)
             if xform and op.src in (ld.dst, ld.src):
                 continue
-            st_uses = a.du.uses_of.get(j, set())
-            if len(st_uses) != 1:
+            k = self._next_touching(a, j, ra, total, starts)
+            if k is None:
                 continue
-            (k,) = st_uses
             st = insns[k]
-            if k <= j or a.block_of[k] != a.block_of[i]:
+            if st.code != (Class.STX | BYTES_SIZE[n] | Mode.MEM) or st.src != ld.dst or st.dst != ld.src or \
+                    st.off != ld.off:
                 continue
-            if st.code != (Class.STX | BYTES_SIZE[n] | Mode.MEM) or st.src != ld.dst:
+            if not a.values.reachable(i) or not a.live.dead_after(k, ld.dst):
                 continue
-            if st.dst != ld.src or st.off != ld.off or a.du.defs_at(k, st.dst) != a.du.defs_at(i, ld.src):
-                continue
-            if a.du.defs_at(k, ld.dst) != frozenset({j}) or not a.live.dead_after(k, ld.dst):
-                continue
-            if xform and a.du.defs_at(k, op.src) != a.du.defs_at(j, op.src):
+            effs = a.effects
+            base = 1 << ld.src
+            rc = 1 << op.src if xform else 0
+            if any(effs[m].defs & base or (m > j and effs[m].defs & rc) or
+                   (m != j and (effs[m].load or effs[m].store)) for m in range(i + 1, k)):
                 continue
             p = access_val(a.values, i, ld.src, ld.off)
             off = p.const_offset
             if p.kind not in (Kind.STACK, Kind.MAP_VALUE) or off is None or off % n:
                 continue
-            if any(effect(insns[m]).load or effect(insns[m]).store for m in range(i + 1, k) if m != j):
+            if not self._scalar_slot(a, i, ld.dst, p, n):
                 continue
             if not e.free(i, j, k):
                 continue
@@ -84,3 +86,30 @@ class Fusion(Pass):
                 e.delete.add(j)
             e.replace[k] = atomic
             e.rewrites += 1
+
+    @staticmethod
+    def _scalar_slot(a: Analysis, i: int, reg: int, p: Val, n: int) -> bool:
+        """Whether the location holds a plain number: an atomic on a stack slot holding a spilled pointer makes
+        the verifier forget the pointer (the slot becomes data), and a map value's 8-byte field could be a
+        kernel pointer only when loaded as such (kptrs are refused by atomics anyway)."""
+        loaded = a.values.reg(i + 1, reg)
+        if p.kind != Kind.STACK:
+            return loaded.kind in (Kind.SCALAR, Kind.NONSTACK)
+        if n == 8:
+            return loaded.kind == Kind.SCALAR
+        st = a.values.before[i]
+        off = p.const_offset
+        assert st is not None and off is not None
+        slot = st.spills.get(off - off % 8)
+        return slot is None or slot.kind == Kind.SCALAR
+
+    @staticmethod
+    def _next_touching(a: Analysis, i: int, mask: int, total: int, starts: set[int]) -> int | None:
+        """The next instruction in ``i``'s block that reads or writes a register of ``mask``."""
+        effs = a.effects
+        for m in range(i + 1, min(i + 16, total)):
+            if m in starts:
+                return None
+            if (effs[m].uses | effs[m].defs) & mask:
+                return m
+        return None

@@ -1,11 +1,15 @@
-"""Superword merging: adjacent narrow stores of immediates become one wider store.
+"""Superword merging: runs of narrow stores of immediates become the fewest wide stores.
 
-Two stores of constants, back to back in one block, through the same base register, to neighbouring
-addresses (``*(u8 *)(r10 - 4) = 0; *(u8 *)(r10 - 3) = 0``) become one store of twice the size with both
-values (little endian). Repeating the pass builds 4- and 8-byte stores. An 8-byte ``BPF_ST`` sign-extends its
-32-bit immediate, so the merged constant must be such a value. Where the wide store may go follows the same
-verifier rules as the alignment pass (stack aligned, packet/map value/arena anywhere, never the context).
-Loads are merged by the alignment pass, which sees how their values are combined.
+A run is a sequence of back-to-back ``BPF_ST`` instructions in one block through the same base register
+(``*(u8 *)(r10 - 4) = 0; *(u8 *)(r10 - 3) = 0; ...``; clang emits them to zero or fill structures). Their
+bytes are laid out by address; from the lowest, every 2-, 4- or 8-byte window that the run fills completely
+and the verifier accepts there (the stack wants it aligned to its size) becomes one store of the
+little-endian combination (widest first), placed at the first store of the run, and the stores it covers
+go. A byte written twice in a run keeps the later value (a store entirely overwritten later in its run goes).
+An 8-byte ``BPF_ST`` sign-extends its 32-bit immediate, so the combined constant must be such a value. Where
+the wide store may go follows the verifier rules of the alignment pass (stack aligned, packet/map
+value/arena anywhere, never the context). Loads are merged by the alignment pass, which sees how their values
+are combined.
 """
 
 from __future__ import annotations
@@ -20,39 +24,78 @@ from ..values import access_val
 from .align import wide_access_ok
 from .base import Edits, Pass
 
-
-def _st(ins: Insn) -> bool:
-    return ins.cls == Class.ST and (ins.code & 0xE0) == Mode.MEM
+_ST = frozenset(Class.ST | Mode.MEM | s for s in (0x00, 0x08, 0x10, 0x18))
 
 
 class Superword(Pass):
     name = "superword"
-    summary = "merge adjacent narrow stores of constants into one wider store"
+    summary = "merge runs of adjacent narrow stores of constants into the fewest wide stores"
 
     def find(self, a: Analysis, e: Edits) -> None:
         insns = a.code.insns
-        for i in range(len(insns) - 1):
-            x, y = insns[i], insns[i + 1]
-            if not (_st(x) and _st(y)) or x.dst != y.dst or (i + 1) in a.block_starts:
+        n = len(insns)
+        i = 0
+        while i < n:
+            if insns[i].code not in _ST:
+                i += 1
                 continue
-            if not a.values.reachable(i) or not e.free(i, i + 1):
+            j = i + 1
+            starts = a.block_starts
+            while j < n and insns[j].code in _ST and insns[j].dst == insns[i].dst and j not in starts:
+                j += 1
+            if j - i >= 2 and a.values.reachable(i):
+                self._run(a, e, list(range(i, j)))
+            i = j
+
+    def _run(self, a: Analysis, e: Edits, run: list[int]) -> None:
+        insns = a.code.insns
+        first = insns[run[0]]
+        data: dict[int, tuple[int, int]] = {}  # offset -> (byte value, store index)
+        for k in run:
+            s = insns[k]
+            size = mem_size(s)
+            v = s.imm & 0xFFFFFFFF if size <= 4 else sext(s.imm, 32) & ((1 << 64) - 1)
+            for b in range(size):
+                data[s.off + b] = ((v >> (8 * b)) & 0xFF, k)
+        covered: set[int] = set()
+        new: list[tuple[int, int, int]] = []  # (offset, size, value)
+        for off in sorted(data):
+            if off in covered:
                 continue
-            n = mem_size(x)
-            if mem_size(y) != n or n == 8:
-                continue
-            if y.off == x.off + n:
-                lo, hi = x, y
-            elif x.off == y.off + n:
-                lo, hi = y, x
-            else:
-                continue
-            mask = (1 << (8 * n)) - 1
-            value = (lo.imm & mask) | (hi.imm & mask) << (8 * n)
-            if n * 2 == 8 and not -(1 << 31) <= sext(value, 64) < 1 << 31:
-                continue
-            if not wide_access_ok(access_val(a.values, i, lo.dst, lo.off), 2 * n, a.prog_type):
-                continue
-            e.replace[i] = Insn(Class.ST | BYTES_SIZE[2 * n] | Mode.MEM, lo.dst, 0, lo.off, sext(value, 32),
-                                sym=x.sym)
-            e.delete.add(i + 1)
-            e.rewrites += 1
+            for size in (8, 4, 2):
+                span = range(off, off + size)
+                if any(b not in data or b in covered for b in span):
+                    continue
+                value = sum(data[b][0] << (8 * (b - off)) for b in span)
+                if size == 8 and not -(1 << 31) <= sext(value, 64) < 1 << 31:
+                    continue
+                if not wide_access_ok(access_val(a.values, run[0], first.dst, off), size, a.prog_type):
+                    continue
+                # every store touching these bytes must lie entirely inside the window
+                touching = {data[b][1] for b in span}
+                if any(not (off <= insns[k].off and insns[k].off + mem_size(insns[k]) <= off + size)
+                       for k in touching):
+                    continue
+                if len(touching) < 2:
+                    continue
+                new.append((off, size, value))
+                covered.update(span)
+                break
+        if not new:
+            return
+        gone = {data[b][1] for b in covered}
+        # stores whose every byte a later store of the run overwrites are dead: they go too
+        gone |= {k for k in run if all(data[insns[k].off + b][1] != k for b in range(mem_size(insns[k])))}
+        # stores left alone must not be overwritten by a merged store placed before them: every store of
+        # the run either goes or touches no merged byte
+        keep = [k for k in run if k not in gone]
+        if any(insns[k].off + b in covered for k in keep for b in range(mem_size(insns[k]))):
+            return
+        if not e.free(*run):
+            return
+        slots = sorted(gone)
+        for k, (off, size, value) in zip(slots, new, strict=False):
+            e.replace[k] = Insn(Class.ST | BYTES_SIZE[size] | Mode.MEM, first.dst, 0, off, sext(value, 32),
+                                sym=insns[k].sym)
+        e.delete.update(slots[len(new):])
+        e.rewrites += len(new)
