@@ -19,7 +19,7 @@ from capsule.bpf.spec import MapSpec
 
 from .consts import PERCPU_MAP_TYPES, Cmd, MapFlags, MapType, UpdateFlags
 from .errors import BPFError
-from .sys import FD, MapCreateAttr, MapElemAttr, MapInfo, addr, bpf, bpf_errno, name_bytes, obj_get_info
+from .sys import FD, MapCreateAttr, MapElemAttr, MapInfo, Owner, addr, bpf, bpf_errno, name_bytes, obj_get_info
 
 Key = bytes | int
 Value = bytes | int
@@ -41,7 +41,7 @@ def _round8(n: int) -> int:
     return (n + 7) & ~7
 
 
-class Map:
+class Map(Owner):
     """A live BPF map. Use as a context manager or call ``close()``; the FD is closed exactly once."""
 
     def __init__(self, fd: FD, type: int, key_size: int, value_size: int, max_entries: int, *,
@@ -108,27 +108,6 @@ class Map:
         spec = MapSpec(name=name, type=MapType.ARRAY, key_size=4, value_size=max(len(data), 1),
                        max_entries=1, flags=int(flags), contents=data, freeze=readonly)
         return cls.from_spec(spec)
-
-    # -- ownership ---------------------------------------------------------------------------------------
-    @property
-    def fd(self) -> FD:
-        return self._fd
-
-    def fileno(self) -> int:
-        return self._fd.fileno()
-
-    def close(self) -> None:
-        self._fd.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._fd.closed
-
-    def __enter__(self) -> Map:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         t = self.type.name if isinstance(self.type, MapType) else self.type

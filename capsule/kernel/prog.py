@@ -22,6 +22,7 @@ from .consts import STATS_RUN_TIME, Cmd, LogLevel, ProgType
 from .errors import VerifierError
 from .sys import (
     FD,
+    Owner,
     ProgInfo,
     ProgLoadAttr,
     TestRunAttr,
@@ -96,7 +97,7 @@ def _buf(data: bytes) -> ctypes.Array | None:
     return ctypes.create_string_buffer(data, len(data)) if data else None
 
 
-class Program:
+class Program(Owner):
     """A loaded, verified program. Owns its FD (``close()`` or ``with``)."""
 
     def __init__(self, fd: FD, type: int, name: str = "", log: str = "",
@@ -195,27 +196,6 @@ class Program:
         info = ProgInfo()
         obj_get_info(fd, info)
         return cls(fd, info.type, info.name.decode(errors="replace"))
-
-    # -- ownership ---------------------------------------------------------------------------------------
-    @property
-    def fd(self) -> FD:
-        return self._fd
-
-    def fileno(self) -> int:
-        return self._fd.fileno()
-
-    def close(self) -> None:
-        self._fd.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._fd.closed
-
-    def __enter__(self) -> Program:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         t = self.type.name if isinstance(self.type, ProgType) else self.type

@@ -412,6 +412,32 @@ class FD:
         return f"FD({self._fd})" if self._fd is not None else "FD(closed)"
 
 
+class Owner:
+    """Something that owns one FD (a map, a program): ``fileno``, ``close`` (exactly once) and ``with``."""
+
+    _fd: FD
+
+    @property
+    def fd(self) -> FD:
+        return self._fd
+
+    def fileno(self) -> int:
+        return self._fd.fileno()
+
+    def close(self) -> None:
+        self._fd.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._fd.closed
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def obj_get_info(fd: int | FD, info: ctypes.Structure) -> ctypes.Structure:
     """Fill ``info`` (ProgInfo, MapInfo, BtfInfo, LinkInfo) for a bpf object fd."""
     attr = InfoAttr(bpf_fd=int(fd), info_len=ctypes.sizeof(info), info=addr(info))
