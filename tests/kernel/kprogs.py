@@ -4,30 +4,19 @@ relocation-free program's bytes out of a clang object."""
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import CallKind, Pseudo
-from capsule.kernel.btf import vmlinux_btf_id
+from capsule.bpf.spec import ProgramSpec
+from capsule.kernel.collection import resolve_refs
 from capsule.kernel.maps import Map
 
 
 def link(insns: list[Insn], maps: dict[str, Map] | None = None) -> list[Insn]:
-    """Fill in what a loader would: map fds for ld_imm64 MAP_FD/MAP_VALUE refs, vmlinux ids for kfuncs."""
-    maps = maps or {}
-    out = []
-    for ins in insns:
-        if ins.ref is not None and ins.is_ld_imm64 and ins.src == Pseudo.MAP_FD:
-            ins = replace(ins, imm=maps[ins.ref].fileno(), ref=None)
-        elif ins.ref is not None and ins.is_ld_imm64 and ins.src == Pseudo.MAP_VALUE:
-            ins = replace(ins, imm=(ins.imm & ~0xFFFFFFFF) | maps[ins.ref].fileno(), ref=None)
-        elif ins.ref is not None and ins.is_call and ins.src == CallKind.KFUNC:
-            ins = replace(ins, imm=vmlinux_btf_id(ins.ref), ref=None)
-        out.append(ins)
-    return out
+    """Fill in what a loader would (map fds, map values, kfunc ids): the loader's own ``resolve_refs``."""
+    return resolve_refs(ProgramSpec("test", "test", 0, insns), dict(maps or {}))
 
 
 def ether(payload: bytes = b"", *, ethertype: int = 0x0800, dst: bytes = b"\xff" * 6,
