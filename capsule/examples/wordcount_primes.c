@@ -2,8 +2,7 @@
  * kernel by `capsule demo` and compared with the same source built natively by gcc.
  *
  * It counts the primes below two million with a sieve, solves the N-queens puzzle for N = 1..10, writes a
- * generated text to a file, reads it back and prints its most frequent words. Integer-only, so it runs in
- * the kernel before soft-float lands. */
+ * generated text to a file, reads it back and prints its most frequent words. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
