@@ -71,7 +71,7 @@ SPECTEST_MEMORY_LIMITS = (1, 2)
 SPECTEST_TABLE_LIMITS = (10, 20)
 
 #: Skip categories (the only reasons an assertion may be skipped).
-SKIP_FLOAT = "float arithmetic (soft-float not implemented yet)"
+SKIP_FLOAT = "float arithmetic the compiler cannot lower"
 SKIP_HOST_CALL = "calls an imported function (host functions not implemented yet)"
 TEXT_ONLY = "text-format module (capsule reads binaries only)"
 DROPPED = "its definition is in a module field wast2json 1.0.32 cannot convert (dropped)"

@@ -43,6 +43,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             totals[key] += counts.get(key, 0)
         seconds += row["seconds"]
     tw.write_line(f"{'TOTAL':24}" + "".join(f"{totals[k]:>10}" for k, _ in _COLUMNS) + f"{seconds:>9.2f}")
-    tw.write_line("skip/flt: float arithmetic (soft-float pending); skip/host: calls an imported host function; "
+    tw.write_line("skip/flt: float arithmetic the compiler cannot lower; skip/host: calls an imported host function; "
                   "n/a/text: text-format assert_malformed/invalid (capsule reads binaries); n/a/drop: defined in "
                   "a module field wast2json 1.0.32 cannot convert")
