@@ -9,51 +9,11 @@ that is an error only when such a program is loaded (``ProgramSpec.type == ProgT
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
+from .uapi import AttachType, ProgFlags, ProgType
 
-class ProgType(IntEnum):
-    """enum bpf_prog_type (the values capsule's section table uses)."""
-
-    UNSPEC = 0
-    SOCKET_FILTER = 1
-    KPROBE = 2
-    SCHED_CLS = 3
-    SCHED_ACT = 4
-    TRACEPOINT = 5
-    XDP = 6
-    PERF_EVENT = 7
-    CGROUP_SKB = 8
-    RAW_TRACEPOINT = 17
-    RAW_TRACEPOINT_WRITABLE = 24
-    TRACING = 26
-    LSM = 29
-    SK_LOOKUP = 30
-    SYSCALL = 31
-    NETFILTER = 32
-
-
-class AttachType(IntEnum):
-    """enum bpf_attach_type (subset)."""
-
-    CGROUP_INET_INGRESS = 0
-    CGROUP_INET_EGRESS = 1
-    TRACE_RAW_TP = 23
-    TRACE_FENTRY = 24
-    TRACE_FEXIT = 25
-    LSM_MAC = 27
-    TRACE_ITER = 28
-    XDP_DEVMAP = 33
-    XDP_CPUMAP = 35
-    SK_LOOKUP = 36
-    XDP = 37
-    NETFILTER = 45
-    TCX_INGRESS = 46
-    TCX_EGRESS = 47
-
-
-BPF_F_SLEEPABLE = 1 << 4
-BPF_F_XDP_HAS_FRAGS = 1 << 5
+BPF_F_SLEEPABLE = int(ProgFlags.SLEEPABLE)
+BPF_F_XDP_HAS_FRAGS = int(ProgFlags.XDP_HAS_FRAGS)
 
 
 @dataclass(frozen=True)
