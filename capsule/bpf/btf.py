@@ -414,7 +414,8 @@ class BTF:
         - DATASEC sizes / VAR offsets from the ELF, when given (``capsule.bpf.elf`` has already applied them).
         - Extern VARs (``.kconfig``/``.ksyms``) become allocated globals of an int type; the kernel refuses
           the extern linkage.
-        - Extern FUNCs (kfunc declarations) become global FUNCs with named params, and their DATASEC entries
+        - Params of FUNCs get names where clang left none (the kernel requires them).
+        - Extern FUNCs (kfunc declarations) become global FUNCs, and their DATASEC entries
           point at a dummy int VAR instead: a DATASEC may only hold VARs, a FUNC may not be extern, and every
           param of a FUNC must be named.
         - The kernel refuses DATASECs without vars (``vlen == 0``); such a DATASEC becomes a member-less
@@ -430,8 +431,11 @@ class BTF:
             if isinstance(t, Var) and t.linkage not in (Linkage.STATIC, Linkage.GLOBAL):
                 int_id = int_id or btf.int_id(4, signed=True)
                 t.linkage, t.type = Linkage.GLOBAL, int_id
-            elif isinstance(t, Func) and t.linkage not in (Linkage.STATIC, Linkage.GLOBAL):
-                t.linkage = Linkage.GLOBAL
+            elif isinstance(t, Func):
+                # every param of a FUNC must be named; clang leaves them unnamed for extern declarations and
+                # for __naked functions
+                if t.linkage not in (Linkage.STATIC, Linkage.GLOBAL):
+                    t.linkage = Linkage.GLOBAL
                 proto = btf.type_by_id(t.type)
                 if isinstance(proto, FuncProto):
                     for i, p in enumerate(proto.params):

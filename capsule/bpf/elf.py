@@ -8,7 +8,11 @@ What libbpf does between ``bpf_object__open`` and loading, minus talking to the 
   ``.BTF.ext`` func_info / line_info of every placed function moved along;
 - ``ld_imm64`` of a map becomes ``src=MAP_FD, ref=<map>``, of a global variable ``src=MAP_VALUE,
   ref=<section>``, offset in the high word; calls to undefined (``__ksym``) functions become kfunc calls;
-- ``.maps`` BTF map definitions, ``.data``/``.rodata``/``.bss`` (and ``.data.*`` etc.) become ``MapSpec``s.
+- ``.maps`` BTF map definitions (with the inner map of a map-in-map and the initial slots of map-in-maps and
+  program arrays), legacy ``maps`` (``struct bpf_map_def``), ``.data``/``.rodata``/``.bss`` (and ``.data.*``
+  etc.) become ``MapSpec``s;
+- ``extern`` variables (``__ksym``, ``__kconfig``) stay symbolic (``ld_imm64 src=BTF_ID``), described in
+  ``ProgramSpec.externs``; ``__kconfig`` ones get a ``.kconfig`` map the loader fills.
 
 Everything that goes wrong raises ``ObjectError`` with a message that names the section, symbol or offset.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -27,11 +32,11 @@ from elftools.elf.sections import SymbolTableSection
 
 from .btf import BTF, BTFError
 from .btf_ext import BTFExt
-from .btf_types import Datasec, Enum, Ptr, Struct, Var
-from .elf_sections import ProgType, section_type
+from .btf_types import Array, Datasec, Enum, FuncProto, Int, IntEncoding, Ptr, Struct, Var, Void
+from .elf_sections import ProgType, SectionType, section_type
 from .insn import SLOT, DecodeError, Insn, decode
 from .opcodes import CallKind, Pseudo
-from .spec import FuncInfo, LineInfo, MapSpec, ObjectSpec, ProgramSpec
+from .spec import ExternVar, FuncInfo, KconfigVar, LineInfo, MapSpec, ObjectSpec, ProgramSpec
 
 __all__ = ["ObjectError", "read_object", "EM_BPF", "RELOC_NAMES"]
 
@@ -46,6 +51,8 @@ RELOC_NAMES = {
 }
 R_BPF_64_64, R_BPF_64_32 = 1, 10
 MAP_TYPE_ARRAY = 2
+MAP_TYPE_PROG_ARRAY = 3
+MAP_IN_MAP_TYPES = (12, 13)  # ARRAY_OF_MAPS, HASH_OF_MAPS
 BPF_F_RDONLY_PROG = 1 << 7
 BPF_F_MMAPABLE = 1 << 10
 SHN_UNDEF = 0
@@ -60,8 +67,12 @@ class ObjectError(ValueError):
 EXTRA_PREFIX = ".capsule"
 
 
-def read_object(src: str | Path | bytes) -> ObjectSpec:
-    """Parse a BPF ELF object (a path or its bytes)."""
+def read_object(src: str | Path | bytes, *, section_types: Mapping[str, SectionType] | None = None) -> ObjectSpec:
+    """Parse a BPF ELF object (a path or its bytes).
+
+    ``section_types`` gives the meaning of section names that only the object's own loader knows (Suricata's
+    ``SEC("filter")`` socket filters, say), the way ``libbpf_register_prog_handler`` does; exact names, and
+    they win over libbpf's conventions."""
     if isinstance(src, (bytes, bytearray, memoryview)):
         data, where = bytes(src), "<bytes>"
     else:
@@ -75,7 +86,7 @@ def read_object(src: str | Path | bytes) -> ObjectSpec:
     if len(data) < 64:
         raise ObjectError(f"{where}: truncated ELF header ({len(data)} bytes)")
     try:
-        return _Reader(data, where).read()
+        return _Reader(data, where, section_types or {}).read()
     except ObjectError:
         raise
     except (ELFError, BTFError, DecodeError, struct.error, ValueError) as e:
@@ -103,6 +114,7 @@ class _Func:
     insns: list[Insn]
     # per instruction index: (target section, target slot) for calls / function addresses
     targets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    externs: dict[str, ExternVar] = field(default_factory=dict)  # extern variables its ld_imm64s name
 
     @property
     def key(self) -> tuple[int, int]:
@@ -110,8 +122,9 @@ class _Func:
 
 
 class _Reader:
-    def __init__(self, data: bytes, where: str) -> None:
+    def __init__(self, data: bytes, where: str, section_types: Mapping[str, SectionType]) -> None:
         self.where = where
+        self.section_types = section_types
         self.elf = ELFFile(io.BytesIO(data))
         if self.elf.elfclass != 64 or not self.elf.little_endian:
             raise ObjectError(f"{where}: not a 64-bit little-endian ELF (BPF objects are)")
@@ -124,7 +137,8 @@ class _Reader:
         self.btf: BTF | None = None
         self.ext: BTFExt | None = None
         self.maps: dict[str, MapSpec] = {}
-        self.map_at: dict[int, str] = {}  # .maps offset -> map name
+        self.map_at: dict[int, dict[int, str]] = {}  # .maps / maps section index -> offset -> map name
+        self.externs: dict[str, ExternVar] = {}  # by name, for undefined symbols that BTF declares
         self.data_secs: dict[int, str] = {}  # section index -> map name
         self.funcs: dict[tuple[int, int], _Func] = {}
 
@@ -138,13 +152,17 @@ class _Reader:
         license_ = self._read_license()
         self._read_data_sections()
         self._read_btf_maps()
+        self._read_legacy_maps()
+        self._read_externs()
         self._read_code()
         programs: dict[str, ProgramSpec] = {}
         for f in self.funcs.values():
             if f.shndx == self.text_idx:
                 continue
             sec = self.names[f.shndx]
-            st = section_type(sec)
+            st = self.section_types.get(sec.removeprefix("?")) or section_type(sec)
+            if st is not None and sec.startswith("?"):
+                st = replace(st, autoload=False)
             prog = ProgramSpec(
                 name=f.name,
                 section=sec,
@@ -154,9 +172,11 @@ class _Reader:
                 expected_attach_type=st.expected_attach_type if st else 0,
                 attach_to=st.attach_to if st else "",
                 flags=st.flags if st else 0,
+                autoload=st.autoload if st else not sec.startswith("?"),
             )
             self._link(prog, f)
             programs[f.name] = prog
+        self._read_map_slots(programs)
         extra = {
             sec.name: sec.data()
             for sec in self.elf.iter_sections()
@@ -239,9 +259,10 @@ class _Reader:
         if ".maps" not in self.names:
             return
         idx = self.names.index(".maps")
+        at = self.map_at.setdefault(idx, {})
         for s in self.syms:
             if s.shndx == idx and s.type == "STT_OBJECT":
-                self.map_at[s.value] = s.name
+                at[s.value] = s.name
         if self.btf is None:
             raise self.err(".maps section without .BTF: BTF-defined maps need the object's BTF")
         try:
@@ -261,13 +282,20 @@ class _Reader:
         d = btf.resolve(var.type)
         if not isinstance(d, Struct):
             raise self.err(f"map {var.name!r}: definition is not a struct")
+        return self._map_def(var.name, d, inner=False)
+
+    def _map_def(self, name: str, d: Struct, inner: bool) -> MapSpec:
+        """One BTF map definition (``struct { __uint(type, ...); __type(key, ...); ... }``)."""
+        btf = self.btf
+        assert btf is not None
         vals: dict[str, int] = {}
         key_id = value_id = 0
-        for m in d.members:
+        inner_spec: MapSpec | None = None
+        for i, m in enumerate(d.members):
             if m.name in ("key", "value"):
                 p = btf.resolve(m.type)
                 if not isinstance(p, Ptr):
-                    raise self.err(f"map {var.name!r}: {m.name} must be declared with __type()")
+                    raise self.err(f"map {name!r}: {m.name} must be declared with __type()")
                 tid = p.type
                 if m.name == "key":
                     key_id = tid
@@ -275,13 +303,18 @@ class _Reader:
                     value_id = tid
                 vals[m.name + "_size"] = btf.size_of(tid)
             elif m.name == "values":
-                continue  # initial inner maps / programs: not supported, the slots stay empty
+                if i != len(d.members) - 1:
+                    raise self.err(f"map {name!r}: 'values' must be the last member")
+                inner_spec = self._map_values(name, vals.get("type"), m.type, inner)
+                if vals.get("value_size", 4) != 4:
+                    raise self.err(f"map {name!r}: value size {vals['value_size']} conflicts with 'values' (4)")
+                vals["value_size"], value_id = 4, 0
             else:
-                vals[m.name] = self._map_int(var.name, m.name, m.type)
+                vals[m.name] = self._map_int(name, m.name, m.type)
         if "type" not in vals:
-            raise self.err(f"map {var.name!r}: no map type (__uint(type, ...))")
+            raise self.err(f"map {name!r}: no map type (__uint(type, ...))")
         return MapSpec(
-            name=var.name,
+            name=name,
             type=vals["type"],
             key_size=vals.get("key_size", 0),
             value_size=vals.get("value_size", 0),
@@ -290,15 +323,163 @@ class _Reader:
             map_extra=vals.get("map_extra", 0),
             btf_key_type_id=key_id,
             btf_value_type_id=value_id,
+            inner=inner_spec,
         )
+
+    def _map_values(self, name: str, map_type: int | None, tid: int, inner: bool) -> MapSpec | None:
+        """``__array(values, ...)``: the inner map definition of a map-in-map (None for a program array)."""
+        assert self.btf is not None
+        if inner:
+            raise self.err(f"map {name!r}: an inner map cannot itself hold maps")
+        if map_type not in (*MAP_IN_MAP_TYPES, MAP_TYPE_PROG_ARRAY):
+            raise self.err(f"map {name!r}: 'values' is only for map-in-map and program-array maps")
+        a = self.btf.resolve(tid)
+        if not isinstance(a, Array) or a.nelems:
+            raise self.err(f"map {name!r}: 'values' is not a zero-sized array (__array(values, ...))")
+        p = self.btf.resolve(a.type)
+        target = self.btf.resolve(p.type) if isinstance(p, Ptr) else None
+        if map_type == MAP_TYPE_PROG_ARRAY:
+            if not isinstance(target, FuncProto):
+                raise self.err(f"map {name!r}: program-array values must be function pointers")
+            return None
+        if not isinstance(target, Struct):
+            raise self.err(f"map {name!r}: map-in-map values must point to an inner map definition")
+        return self._map_def(f"{name}.inner", target, inner=True)
+
+    def _read_map_slots(self, programs: dict[str, ProgramSpec]) -> None:
+        """Initial slots of map-in-maps and program arrays: relocations in ``.maps`` at ``values[i]``."""
+        if ".maps" not in self.names or self.btf is None:
+            return
+        idx = self.names.index(".maps")
+        ds = self.btf.find(".maps", Datasec.kind)
+        assert isinstance(ds, Datasec)
+        spans = []  # (offset, size, map name, offset of 'values' in the definition)
+        for vs in ds.vars:
+            var = self.btf.type_by_id(vs.type)
+            d = self.btf.resolve(var.type) if isinstance(var, Var) else None
+            if isinstance(var, Var) and isinstance(d, Struct) and d.members and d.members[-1].name == "values":
+                bits = d.members[-1].offset & 0xFFFFFF if d.kind_flag else d.members[-1].offset
+                spans.append((vs.offset, vs.size, var.name, bits // 8))
+        for r, sym in self._relocations_of(idx):
+            hit = [s for s in spans if s[0] <= r < s[0] + s[1]]
+            if not hit:
+                raise self.err(f".maps+{r}: relocation outside the 'values' of any map")
+            off, _, name, values_off = hit[0]
+            slot, rem = divmod(r - off - values_off, 8)
+            if slot < 0 or rem:
+                raise self.err(f"map {name!r}: relocation at .maps+{r} is not a 'values' slot")
+            m = self.maps[name]
+            if m.type == MAP_TYPE_PROG_ARRAY:
+                if sym.type != "STT_FUNC" or sym.name not in programs:
+                    raise self.err(f"map {name!r}: slot {slot} refers to {sym.name!r}, which is not a program")
+            elif sym.name not in self.maps or sym.shndx != idx:
+                raise self.err(f"map {name!r}: slot {slot} refers to {sym.name!r}, which is not a map")
+            if m.max_entries and slot >= m.max_entries:
+                raise self.err(f"map {name!r}: slot {slot} is beyond max_entries {m.max_entries}")
+            m.init_refs[slot] = sym.name
+
+    def _relocations_of(self, target: int) -> list[tuple[int, _Sym]]:
+        """(offset, symbol) of every relocation applied to section ``target``."""
+        out = []
+        for sec in self.sections:
+            if sec["sh_type"] in ("SHT_REL", "SHT_RELA") and sec["sh_info"] == target:
+                for r in sec.iter_relocations():
+                    if r["r_info_type"] != 0:
+                        out.append((r["r_offset"], self.syms[r["r_info_sym"]]))
+        return out
+
+    def _read_legacy_maps(self) -> None:
+        """The ``maps`` section of old objects: one ``struct bpf_map_def`` per symbol (type, key_size, value_size,
+        max_entries, map_flags as u32s; loaders added fields after these, which must be 0 here)."""
+        if "maps" not in self.names:
+            return
+        idx = self.names.index("maps")
+        sec = self.sections[idx]
+        syms = sorted(
+            (s for s in self.syms if s.shndx == idx and s.name and s.type in ("STT_OBJECT", "STT_NOTYPE")),
+            key=lambda s: s.value,
+        )
+        if not syms:
+            return
+        size = sec["sh_size"]
+        if size % len(syms):
+            raise self.err(f"maps: section of {size} bytes does not divide into {len(syms)} map definitions")
+        def_size = size // len(syms)
+        if def_size < 16 or def_size % 4:
+            raise self.err(f"maps: map definitions of {def_size} bytes are not struct bpf_map_def")
+        data = bytes(size) if sec["sh_type"] == "SHT_NOBITS" else sec.data()
+        at = self.map_at.setdefault(idx, {})
+        for s in syms:
+            if s.value % def_size or s.value + def_size > size:
+                raise self.err(f"maps: map {s.name!r} at offset {s.value} is not one of its {def_size}-byte slots")
+            if s.name in self.maps:
+                raise self.err(f"maps: map {s.name!r} is defined twice")
+            words = struct.unpack_from(f"<{def_size // 4}I", data, s.value)
+            for k, w in enumerate(words[5:], start=5):
+                if w:
+                    raise self.err(
+                        f"maps: map {s.name!r} sets field #{k} (offset {4 * k}) to {w}; only type, key_size, "
+                        "value_size, max_entries and map_flags of struct bpf_map_def are supported"
+                    )
+            mtype, key_size, value_size, max_entries = words[:4]
+            flags = words[4] if len(words) > 4 else 0
+            self.maps[s.name] = MapSpec(s.name, mtype, key_size, value_size, max_entries, flags)
+            at[s.value] = s.name
+
+    def _read_externs(self) -> None:
+        """Extern variables declared in the ``.ksyms`` / ``.kconfig`` DATASECs; the latter get a ``.kconfig``
+        map (laid out here; the loader fills it from the running kernel and freezes it)."""
+        if self.btf is None:
+            return
+        weak = {s.name for s in self.syms if s.shndx == SHN_UNDEF and s.bind == "STB_WEAK"}
+        kconfig: list[KconfigVar] = []
+        off = 0
+        for secname in (".ksyms", ".kconfig"):
+            for dsid in self.btf.find_ids(secname, Datasec.kind):
+                ds = self.btf.type_by_id(dsid)
+                assert isinstance(ds, Datasec)
+                for vs in ds.vars:
+                    var = self.btf.type_by_id(vs.type)
+                    if not isinstance(var, Var):
+                        continue  # kfunc declarations
+                    if secname == ".ksyms":
+                        typeless = isinstance(self.btf.resolve(var.type), Void)
+                        self.externs[var.name] = ExternVar(var.name, "kallsyms" if typeless else "ksym",
+                                                           var.name in weak)
+                        continue
+                    size, kind = self._kconfig_kind(var)
+                    align = 1 if kind == "char_array" else size
+                    off = (off + align - 1) // align * align
+                    kconfig.append(KconfigVar(var.name, off, size, kind, var.name in weak))
+                    self.externs[var.name] = ExternVar(var.name, "kconfig", var.name in weak, off)
+                    off += size
+        if kconfig:
+            self.maps[".kconfig"] = MapSpec(
+                ".kconfig", MAP_TYPE_ARRAY, 4, (off + 7) // 8 * 8, 1, BPF_F_MMAPABLE | BPF_F_RDONLY_PROG,
+                contents=bytes((off + 7) // 8 * 8), freeze=True, kconfig=kconfig,
+            )
+
+    def _kconfig_kind(self, var: Var) -> tuple[int, str]:
+        assert self.btf is not None
+        t = self.btf.resolve(var.type)
+        size = self.btf.size_of(var.type)
+        if isinstance(t, Int):
+            if t.encoding & IntEncoding.BOOL:
+                return size, "bool"
+            if size == 1:  # libbpf: any 1-byte int holds the option's letter (y, n, m) or a small number
+                return size, "char"
+            return size, "int" if t.encoding & IntEncoding.SIGNED else "uint"
+        if isinstance(t, Enum):
+            return size, "tristate" if t.name == "libbpf_tristate" else "int"
+        if isinstance(t, Array) and self.btf.size_of(t.type) == 1:
+            return size, "char_array"
+        raise self.err(f"extern {var.name!r} (__kconfig): unsupported type")
 
     def _map_int(self, mapname: str, field_: str, tid: int) -> int:
         """``__uint(x, N)`` is ``int (*x)[N]``; ``__ulong(x, N)`` an enum whose one value is N."""
         assert self.btf is not None
         t = self.btf.resolve(tid)
         if isinstance(t, Ptr):
-            from .btf_types import Array
-
             a = self.btf.resolve(t.type)
             if isinstance(a, Array):
                 return a.nelems
@@ -393,8 +574,9 @@ class _Reader:
             low = low - (1 << 32) if low & 0x80000000 else low
             if sym.shndx == SHN_UNDEF:
                 ins.src, ins.imm, ins.ref = Pseudo.BTF_ID, 0, sym.name
-            elif sym.shndx > 0 and self.names[sym.shndx] == ".maps":
-                name = sym.name if sym.type == "STT_OBJECT" else self.map_at.get(sym.value + low)
+                f.externs[sym.name] = self.externs.get(sym.name) or ExternVar(sym.name, weak=sym.bind == "STB_WEAK")
+            elif sym.shndx in self.map_at:
+                name = sym.name if sym.type == "STT_OBJECT" else self.map_at[sym.shndx].get(sym.value + low)
                 if name is None or name not in self.maps:
                     raise self.err(f"{where}: reference to unknown map {sym.name!r}")
                 ins.src, ins.imm, ins.ref = Pseudo.MAP_FD, 0, name
@@ -457,6 +639,7 @@ class _Reader:
                 out.append(ins)
                 pos += ins.slots()
             self._carry_ext(prog, f, base)
+            prog.externs.update(f.externs)
         prog.insns = out
 
     def _carry_ext(self, prog: ProgramSpec, f: _Func, base: int) -> None:

@@ -11,6 +11,8 @@ Symbolic references left in a program's instructions (``Insn.ref``) are resolved
   32 bits to the map fd.
 - ``call`` with ``src == CallKind.KFUNC``: ``ref`` names a kernel function; the loader puts its vmlinux BTF id in
   ``imm``.
+- ``ld_imm64`` with ``src == Pseudo.BTF_ID``: ``ref`` names an extern variable (``ProgramSpec.externs`` says how to
+  resolve it): a kernel variable's vmlinux BTF id or address, or a pointer into the ``.kconfig`` map.
 
 Everything else (BPF-to-BPF calls, ``ld_imm64`` of a function, jumps) is already resolved to relative offsets in
 ``ProgramSpec.insns``, which holds the entry function followed by every subprogram it reaches.
@@ -60,6 +62,39 @@ class MapSpec:
     freeze: bool = False
     # for global data: the ELF section it came from; the kernel map name is derived from it
     section: str | None = None
+    # map-in-map (ARRAY_OF_MAPS, HASH_OF_MAPS): the inner maps' shape, ``__array(values, struct {...})``; the
+    # loader creates it as the template the kernel wants (``inner_map_fd``)
+    inner: MapSpec | None = None
+    # initial slots of a map-in-map or PROG_ARRAY (``.values = { [2] = &m }``): index -> map or program name
+    init_refs: dict[int, str] = field(default_factory=dict)
+    # for ``.kconfig``: the extern variables it holds, filled from the running kernel at load time
+    kconfig: list[KconfigVar] = field(default_factory=list)
+
+
+@dataclass
+class KconfigVar:
+    """An ``extern ... __kconfig`` variable: where it sits in the ``.kconfig`` map and how it is stored."""
+
+    name: str  # "CONFIG_HZ", "LINUX_KERNEL_VERSION"
+    offset: int
+    size: int
+    kind: str  # "bool", "tristate", "char_array", "int", "uint"
+    weak: bool = False  # may be missing from the kernel's config: then 0
+
+
+@dataclass
+class ExternVar:
+    """An ``extern`` variable that a program's ``ld_imm64 src=BTF_ID ref=name`` loads the address of.
+
+    ``kind`` says how the loader resolves it: ``"ksym"`` (``extern struct rq runqueues __ksym``): the kernel's
+    BTF id of the variable; ``"kallsyms"`` (typeless, ``extern const void x __ksym``): its address from
+    /proc/kallsyms; ``"kconfig"`` (``extern int CONFIG_HZ __kconfig``): a pointer ``offset`` bytes into the
+    ``.kconfig`` map. A ``weak`` ksym the kernel lacks becomes 0."""
+
+    name: str
+    kind: str = "ksym"
+    weak: bool = False
+    offset: int = 0
 
 
 @dataclass
@@ -72,6 +107,10 @@ class ProgramSpec:
     expected_attach_type: int = 0
     attach_to: str = ""  # e.g. the tracepoint "syscalls/sys_enter_getpid"
     flags: int = 0  # BPF_F_SLEEPABLE etc.
+    # False for SEC("?...") programs: libbpf loads them only when asked to by name
+    autoload: bool = True
+    # the extern variables (``__ksym``, ``__kconfig``) its ld_imm64 instructions name, by name
+    externs: dict[str, ExternVar] = field(default_factory=dict)
     func_infos: list[FuncInfo] = field(default_factory=list)
     line_infos: list[LineInfo] = field(default_factory=list)
 

@@ -16,22 +16,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from capsule.bpf.btf_types import Datasec
+from capsule.bpf.btf_types import Datasec, Kind
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import CallKind, Pseudo
-from capsule.bpf.spec import MapSpec, ObjectSpec, ProgramSpec
+from capsule.bpf.spec import ExternVar, MapSpec, ObjectSpec, ProgramSpec
 
-from .arena import Arena
+from .arena import PAGE, Arena
 from .btf import load_btf, vmlinux_btf_id
 from .consts import MapFlags, MapType
-from .errors import BPFError
+from .errors import BPFError, LoadError
+from .kconfig import kallsyms, kconfig_contents
 from .maps import Map
 from .prog import Program
 from .sys import FD
-
-
-class LoadError(Exception):
-    """An object could not be loaded for a reason found before (or instead of) the kernel's verdict."""
 
 
 @dataclass
@@ -52,19 +49,21 @@ class Collection:
         log_level: int = 0,
         rodata: dict[str, bytes] | None = None,
     ) -> Collection:
-        """Load ``spec`` (all programs, or the named ones). ``rodata`` replaces the initial contents of a data
-        map before it is frozen (how a caller sets ``volatile const`` configuration)."""
+        """Load ``spec`` (every program libbpf would load by default, i.e. all but ``SEC("?...")`` ones, or
+        the named ones). ``rodata`` replaces the initial contents of a data map before it is frozen (how a
+        caller sets ``volatile const`` configuration)."""
         coll = cls(spec=spec)
         try:
             coll.btf_fd = load_object_btf(spec)
             coll.maps = create_maps(spec, coll.btf_fd, rodata=rodata)
-            names = list(spec.programs) if programs is None else list(programs)
+            names = [n for n, p in spec.programs.items() if p.autoload] if programs is None else list(programs)
             for name in names:
                 if name not in spec.programs:
                     raise LoadError(f"no program named {name!r} (the object has: {', '.join(spec.programs)})")
                 coll.programs[name] = load_program(
                     spec.programs[name], coll.maps, coll.btf_fd, log_level=log_level
                 )
+            fill_prog_arrays(spec, coll.maps, coll.programs)
         except BaseException:
             coll.close()
             raise
@@ -126,7 +125,15 @@ def create_maps(
         for name, ms in spec.maps.items():
             if rodata and name in rodata:
                 ms = replace(ms, contents=_patched(ms, rodata[name]))
+            if ms.kconfig:
+                ms = replace(ms, contents=kconfig_contents(ms.kconfig, ms.value_size))
             maps[name] = _create_map(ms, btf_fd)
+        for name, ms in spec.maps.items():
+            if ms.type in (MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS):
+                for slot, inner in ms.init_refs.items():
+                    if inner not in maps:
+                        raise LoadError(f"map {name!r}: slot {slot} holds map {inner!r}, which the object lacks")
+                    maps[name].update(slot, maps[inner].fileno().to_bytes(4, "little"))
     except BaseException:
         for m in maps.values():
             m.close()
@@ -140,7 +147,30 @@ def _patched(ms: MapSpec, data: bytes) -> bytes:
     return data
 
 
+def fill_prog_arrays(spec: ObjectSpec, maps: dict[str, Map], programs: dict[str, Program]) -> None:
+    """Put loaded programs into the program-array slots the object declares (``.values = { [0] = &prog }``);
+    slots of programs that were not loaded stay empty, as with libbpf."""
+    for name, ms in spec.maps.items():
+        if ms.type == MapType.PROG_ARRAY and name in maps:
+            for slot, prog in ms.init_refs.items():
+                if prog in programs:
+                    maps[name].set_prog(slot, programs[prog])
+
+
+def _ringbuf_size(n: int) -> int:
+    """What libbpf makes of a ring buffer's size: the kernel wants a power-of-2 multiple of the page size, so
+    anything else is rounded up to the next one (0 stays 0, for the kernel to refuse)."""
+    if n == 0 or (n % PAGE == 0 and (n // PAGE) & (n // PAGE - 1) == 0):
+        return n
+    size = PAGE
+    while size <= n:
+        size <<= 1
+    return size
+
+
 def _create_map(ms: MapSpec, btf_fd: FD | None) -> Map:
+    if ms.type in (MapType.RINGBUF, MapType.USER_RINGBUF):
+        ms = replace(ms, max_entries=_ringbuf_size(ms.max_entries))
     if ms.type == MapType.ARENA:
         # an arena is memory, not elements; the kernel wants its user address fixed (mmap) before a program
         # that uses it loads. With no address given, a 4 GiB-aligned one makes arena offsets and 32-bit arena
@@ -148,13 +178,22 @@ def _create_map(ms: MapSpec, btf_fd: FD | None) -> Map:
         return Arena.create_arena(
             ms.max_entries, name=ms.name, address=ms.map_extra, flags=ms.flags & ~MapFlags.MMAPABLE, align_4g=True
         )
+    if ms.inner is None:
+        return _from_spec(ms, btf_fd, None)
+    # the kernel learns what a map-in-map holds from a template map, which it no longer needs afterwards
+    with _create_map(ms.inner, btf_fd) as template:
+        return _from_spec(ms, btf_fd, template)
+
+
+def _from_spec(ms: MapSpec, btf_fd: FD | None, inner: Map | None) -> Map:
+    inner_fd = inner.fileno() if inner is not None else None
     try:
-        return Map.from_spec(ms, btf_fd=btf_fd)
+        return Map.from_spec(ms, btf_fd=btf_fd, inner_map_fd=inner_fd)
     except BPFError as e:
         if btf_fd is not None and (ms.btf_key_type_id or ms.btf_value_type_id):
-            # the kernel refused the BTF description of this map (e.g. a type it cannot check); the
-            # map works the same without it
-            return Map.from_spec(replace(ms, btf_key_type_id=0, btf_value_type_id=0), btf_fd=None)
+            # the kernel refused the BTF description of this map (e.g. a type it cannot check, or a map type
+            # that takes no BTF, such as map-in-maps); the map works the same without it
+            return Map.from_spec(replace(ms, btf_key_type_id=0, btf_value_type_id=0), inner_map_fd=inner_fd)
         raise LoadError(f"creating map {ms.name!r}: {e}") from e
 
 
@@ -174,6 +213,8 @@ def resolve_refs(ps: ProgramSpec, maps: dict[str, Map]) -> list[Insn]:
                 )
             offset = (ins.imm >> 32) if ins.src == Pseudo.MAP_VALUE else 0
             out.append(replace(ins, imm=(offset << 32) | m.fileno(), ref=None))
+        elif ins.is_ld_imm64 and ins.src == Pseudo.BTF_ID:
+            out.append(_extern(ps, pc, ins, maps))
         elif ins.is_call and ins.src == CallKind.KFUNC:
             try:
                 btf_id = vmlinux_btf_id(ins.ref)
@@ -185,6 +226,33 @@ def resolve_refs(ps: ProgramSpec, maps: dict[str, Map]) -> list[Insn]:
                 f"program {ps.name!r}: instruction {pc} ({ins!r}) has a reference the loader cannot resolve"
             )
     return out
+
+
+def _extern(ps: ProgramSpec, pc: int, ins: Insn, maps: dict[str, Map]) -> Insn:
+    """An ``ld_imm64`` of an extern variable, as libbpf resolves it."""
+    ext = ps.externs.get(ins.ref or "") or ExternVar(ins.ref or "")
+    where = f"program {ps.name!r}: instruction {pc} loads extern {ext.name!r}"
+    if ext.kind == "kconfig":
+        m = maps.get(".kconfig")
+        if m is None:
+            raise LoadError(f"{where} (__kconfig), but the object has no .kconfig map")
+        return replace(ins, src=Pseudo.MAP_VALUE, imm=(ext.offset << 32) | m.fileno(), ref=None)
+    if ext.kind == "kallsyms":
+        try:
+            address = kallsyms().get(ext.name)
+        except OSError as e:
+            raise LoadError(f"{where}: cannot read /proc/kallsyms: {e.strerror}") from None
+        if address is None and not ext.weak:
+            raise LoadError(f"{where}: no such kernel symbol in /proc/kallsyms")
+        return replace(ins, src=Pseudo.NONE, imm=address or 0, ref=None)
+    for kind in (Kind.VAR, Kind.FUNC):  # a typed ksym; an ld_imm64 of a kfunc asks whether it exists
+        try:
+            return replace(ins, imm=vmlinux_btf_id(ext.name, kind), ref=None)
+        except (KeyError, LookupError):
+            continue
+    if ext.weak:
+        return replace(ins, src=Pseudo.NONE, imm=0, ref=None)
+    raise LoadError(f"{where} (__ksym), which is not in this kernel's BTF")
 
 
 def load_program(

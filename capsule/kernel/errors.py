@@ -54,6 +54,10 @@ class BPFError(OSError):
         return self._head()
 
 
+class LoadError(Exception):
+    """An object could not be loaded for a reason found before (or instead of) the kernel's verdict."""
+
+
 class BTFLoadError(BPFError):
     """BPF_BTF_LOAD rejected a BTF blob; ``log`` is the kernel's BTF verifier log."""
 

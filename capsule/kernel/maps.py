@@ -80,13 +80,15 @@ class Map(Owner):
                    map_extra=map_extra)
 
     @classmethod
-    def from_spec(cls, spec: MapSpec, *, btf_fd: FD | int | None = None) -> Map:
-        """Create the map a ``MapSpec`` describes; fill element 0 from ``contents`` and freeze if asked."""
+    def from_spec(cls, spec: MapSpec, *, btf_fd: FD | int | None = None,
+                  inner_map_fd: FD | int | None = None) -> Map:
+        """Create the map a ``MapSpec`` describes; fill element 0 from ``contents`` and freeze if asked.
+        A map-in-map needs ``inner_map_fd``, a map of the shape its slots will hold."""
         use_btf = btf_fd is not None and (spec.btf_key_type_id or spec.btf_value_type_id)
         m = cls.create(spec.type, spec.key_size, spec.value_size, spec.max_entries, name=spec.name,
                        flags=spec.flags, map_extra=spec.map_extra, btf_fd=btf_fd if use_btf else None,
                        btf_key_type_id=spec.btf_key_type_id if use_btf else 0,
-                       btf_value_type_id=spec.btf_value_type_id if use_btf else 0)
+                       btf_value_type_id=spec.btf_value_type_id if use_btf else 0, inner_map_fd=inner_map_fd)
         try:
             if spec.contents is not None:
                 data = spec.contents.ljust(spec.value_size, b"\0")
