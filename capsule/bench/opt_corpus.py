@@ -15,6 +15,9 @@ Where the programs come from (only the package registries are reachable, so ever
   the objects Debian itself compiled and shipped in the binary packages (``xdp-tools``, ``libxdp1``,
   ``libbpf-tools``): loose ``.o`` files and the objects embedded in each tool's BPF skeleton (found by their ELF
   header, ``e_machine == EM_BPF``). They are real deployed code, at whatever cpu version Debian used.
+- ``sysdig``: the legacy Sysdig/Falco eBPF probe (``probe.c``, fillers) from the binary package
+  ``falcosecurity-scap-dkms``, built here as its own Makefile builds it against Debian's prepared kernel headers
+  (``linux-headers-*``), at ``-mcpu=v2`` and ``v3``: see ``opt_corpus_sysdig``.
 
 Nothing lands in the repository: the cache is ``$CAPSULE_OPT_CORPUS`` or ``$XDG_CACHE_HOME/capsule/opt-corpus``
 (default ``~/.cache/capsule/opt-corpus``). Source packages are fetched with ``apt-get source --download-only``
@@ -61,11 +64,12 @@ class Suite:
     """A group of programs, like the paper's Sysdig/Tetragon/Tracee/XDP suites.
 
     ``package`` is a Debian source package (``kind="source"``, built here from ``globs`` under its unpacked
-    orig tarball) or a list of binary packages (``kind="binary"``, Debian's own objects).
+    orig tarball), a list of binary packages (``kind="binary"``, Debian's own objects), or a DKMS package whose
+    BPF probe is built against kernel headers (``kind="probe"``, see ``opt_corpus_sysdig``).
     """
 
     name: str
-    kind: str  # "source" | "binary"
+    kind: str  # "source" | "binary" | "probe"
     packages: tuple[str, ...]
     globs: tuple[str, ...] = ()  # source: C files, relative to the tree's top folder
     members: tuple[str, ...] = ()  # source: folders to extract from the orig tarball
@@ -94,6 +98,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           description="xdp-tools and libxdp objects as compiled by Debian (binary packages)"),
     Suite("libbpf-tools", "binary", ("libbpf-tools",),
           description="bcc's libbpf-tools as compiled by Debian (objects embedded in the tools' skeletons)"),
+    Suite("sysdig", "probe", ("falcosecurity-scap-dkms",),
+          description="the legacy Sysdig/Falco eBPF probe (binary package falcosecurity-scap-dkms), built with "
+                      "its Makefile's flags against Debian's kernel headers"),
 )}
 
 
@@ -439,6 +446,11 @@ def build_corpus(suites: Sequence[str] | None = None, root: Path | None = None, 
         if suite.kind == "binary":
             corpus.objects += _binary_suite(suite, apt, root, progress)
             continue
+        if suite.kind == "probe":
+            from capsule.bench.opt_corpus_sysdig import build_probe_suite  # it imports this module
+
+            corpus.objects += build_probe_suite(suite, apt, root, cpus, progress, run, jobs)
+            continue
         try:
             tarball = apt.download_source(suite.packages[0], root / "src" / suite.packages[0], progress)
             # one pass over the archive for every chosen suite built from the same package
@@ -455,8 +467,21 @@ def build_corpus(suites: Sequence[str] | None = None, root: Path | None = None, 
         progress(f"building {len(work)} objects with {CLANG} ({jobs or os.cpu_count()} jobs)")
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
             corpus.objects += list(pool.map(lambda j: _compile(j, run), work))
-    (root / "manifest.json").write_text(json.dumps([asdict(o) for o in corpus.objects], indent=1))
+    _write_manifest(root, corpus, {s.name for s in chosen})
     return corpus
+
+
+def _write_manifest(root: Path, corpus: Corpus, suites: set[str]) -> None:
+    """``manifest.json``: this build's suites, and the last build's entries of every other suite (a build of one
+    suite must not make the others disappear)."""
+    path = root / "manifest.json"
+    try:
+        kept = [d for d in json.loads(path.read_text()) if d.get("suite") not in suites] if path.exists() else []
+    except (OSError, ValueError):
+        kept = []
+    tmp = path.with_name(f"manifest.json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(kept + [asdict(o) for o in corpus.objects], indent=1))
+    tmp.replace(path)
 
 
 def load_manifest(root: Path | None = None) -> Corpus:
