@@ -227,3 +227,16 @@ def test_extract_members_only_and_resumes(tmp_path: Path) -> None:
     assert (top / "a" / "x.c").exists() and not (top / "b").exists()
     top = extract_members(tb, tmp_path / "t", ["a/", "b/"])  # a later suite needing more reads it again
     assert (top / "b" / "y.c").read_text() == "y"
+
+
+def test_as_loaded_sizes_run_time_maps_but_not_local_storage() -> None:
+    from capsule.bench.opt import as_loaded, possible_cpus
+    from capsule.bpf.spec import MapSpec, ObjectSpec
+    from capsule.kernel.consts import MapType
+
+    spec = ObjectSpec(maps={"counters": MapSpec("counters", MapType.PERCPU_ARRAY, 4, 8, 0),
+                            "sk": MapSpec("sk", MapType.SK_STORAGE, 4, 8, 0),
+                            "fixed": MapSpec("fixed", MapType.HASH, 4, 8, 16)})
+    out = as_loaded(spec).maps
+    assert out["counters"].max_entries == possible_cpus()
+    assert out["sk"].max_entries == 0 and out["fixed"].max_entries == 16
