@@ -18,6 +18,8 @@ from .rewrite import Code
 __all__ = ["Block", "Function", "CFG", "build_cfg"]
 
 _JA = int(Jmp.JA)
+_BPF_CALL = int(CallKind.BPF)
+_SHAPING = JUMPS | {EXIT, CALL, LD_IMM64}  # opcodes that end blocks or name other functions
 
 
 @dataclass
@@ -100,21 +102,20 @@ class CFG:
         """Function starts with every callee before its callers (BPF forbids recursion)."""
         order: list[int] = []
         state: dict[int, int] = {}
-
-        def visit(f: int) -> None:
-            if state.get(f) == 2:
-                return
-            if state.get(f) == 1:
-                return  # a cycle would be rejected by the verifier; do not loop
-            state[f] = 1
-            for c in self.functions[f].calls + self.functions[f].callbacks:
-                visit(c)
-            state[f] = 2
-            order.append(f)
-
         for f in self.functions:
-            visit(f)
+            self._visit(f, state, order)
         return order
+
+    def _visit(self, f: int, state: dict[int, int], order: list[int]) -> None:
+        # a method, not a closure: a recursive closure is a reference cycle (the function and its own cell)
+        if state.get(f):
+            return  # done, or on the current path (a cycle would be rejected by the verifier; do not loop)
+        state[f] = 1
+        fn = self.functions[f]
+        for c in fn.calls + fn.callbacks:
+            self._visit(c, state, order)
+        state[f] = 2
+        order.append(f)
 
 
 def build_cfg(code: Code) -> CFG:
@@ -122,12 +123,21 @@ def build_cfg(code: Code) -> CFG:
     insns = code.insns
     targets = code.targets
     opcodes = [ins.code for ins in insns]
+    # the few instructions that shape the graph, found in one scan of the opcodes
+    special = [i for i, c in enumerate(opcodes) if c in _SHAPING]
+    k = 0
     func_of = [0] * n
     functions: dict[int, Function] = {}
     for fs, fe in code.func_bounds():
         func_of[fs:fe] = [fs] * (fe - fs)
         leaders = {fs}
-        for i in range(fs, fe):
+        calls: list[int] = []
+        callbacks: list[int] = []
+        while k < len(special) and special[k] < fs:
+            k += 1
+        while k < len(special) and special[k] < fe:
+            i = special[k]
+            k += 1
             c = opcodes[i]
             if c in JUMPS:
                 t = targets[i]
@@ -137,11 +147,16 @@ def build_cfg(code: Code) -> CFG:
                 leaders.add(i + 1)
             elif c == EXIT:
                 leaders.add(i + 1)
+            elif c == CALL:
+                if insns[i].src == _BPF_CALL:
+                    calls.append(targets[i])
+            elif i in targets:  # ld_imm64 of a function
+                callbacks.append(targets[i])
         leaders.discard(fe)
         starts = sorted(leaders)
         blocks: dict[int, Block] = {}
-        for k, s in enumerate(starts):
-            e = starts[k + 1] if k + 1 < len(starts) else fe
+        for j, s in enumerate(starts):
+            e = starts[j + 1] if j + 1 < len(starts) else fe
             b = Block(s, e)
             last = opcodes[e - 1]
             if last == EXIT:
@@ -159,12 +174,5 @@ def build_cfg(code: Code) -> CFG:
         for b in blocks.values():
             for s in b.succs:
                 blocks[s].preds.append(b.start)
-        fn = Function(fs, fe, blocks)
-        for i in range(fs, fe):
-            c = opcodes[i]
-            if c == CALL and insns[i].src == CallKind.BPF:
-                fn.calls.append(targets[i])
-            elif c == LD_IMM64 and i in targets:
-                fn.callbacks.append(targets[i])
-        functions[fs] = fn
+        functions[fs] = Function(fs, fe, blocks, calls, callbacks)
     return CFG(code, functions, func_of)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import ADDR_SPACE_CAST, SIZE_BYTES, Alu, Atomic, CallKind, Class, Jmp, Mode, Size, Src
+from capsule.bpf.opcodes import ADDR_SPACE_CAST, SIZE_BYTES, Alu, Atomic, CallKind, Class, Jmp, Mode, Src
 
 __all__ = ["Effect", "effect", "effects", "reg_mask", "CALLER_SAVED", "ARGS", "HELPER_ARGS", "mem_size",
            "is_pure_alu", "JUMPS", "COND_JUMPS", "EXIT", "CALL", "LD_IMM64", "regs_of"]
@@ -112,14 +112,13 @@ _CACHE: dict[tuple[int, int, int, int], Effect] = {}
 
 def effects(insns: list[Insn]) -> list[Effect]:
     """``effect`` of every instruction, memoised by encoding (programs repeat the same few hundred)."""
-    out = []
     get = _CACHE.get
-    for ins in insns:
-        key = (ins.code, ins.dst, ins.src, ins.imm)
-        e = get(key)
-        if e is None:
-            e = _CACHE[key] = effect(ins)
-        out.append(e)
+    out = [get((ins.code, ins.dst, ins.src, ins.imm)) for ins in insns]
+    if None in out:  # encodings not seen yet
+        for i, e in enumerate(out):
+            if e is None:
+                ins = insns[i]
+                out[i] = _CACHE[(ins.code, ins.dst, ins.src, ins.imm)] = effect(ins)
     if len(_CACHE) > 200_000:
         _CACHE.clear()
     return out
@@ -133,8 +132,11 @@ def regs_of(mask: int) -> tuple[int, ...]:
 _REGS_OF = [tuple(r for r in range(11) if m >> r & 1) for m in range(1 << 11)]
 
 
+_MEM_SIZE = {int(k): v for k, v in SIZE_BYTES.items()}  # by plain int: no enum construction per call
+
+
 def mem_size(ins: Insn) -> int:
-    return SIZE_BYTES[Size(ins.code & 0x18)]
+    return _MEM_SIZE[ins.code & 0x18]
 
 
 def is_pure_alu(ins: Insn) -> bool:

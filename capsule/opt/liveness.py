@@ -116,7 +116,20 @@ def _backward(fn: Function, transfer: Callable[[Block, int], int]) -> dict[int, 
     return block_in
 
 
+# The blocks of the last register liveness, for the next one (edits are local: most blocks come back with the
+# same instructions and the same registers live after them). By the ``id`` of a block's first instruction; an
+# entry keeps the block's instructions alive, so the id always names the instruction it was taken of.
+_Blk = tuple[list[Insn], int, int, int, list[int], list[int]]  # insns, gen, keep, live after, live_out, live_in
+_blk_memo: dict[int, _Blk] = {}
+
+
+def forget() -> None:
+    """Drop the remembered blocks (and the instructions they keep alive)."""
+    _blk_memo.clear()
+
+
 def liveness(cfg: CFG, effs: list[Effect] | None = None) -> Liveness:
+    global _blk_memo
     insns = cfg.code.insns
     n = len(insns)
     effs = effs if effs is not None else effects(insns)
@@ -125,11 +138,18 @@ def liveness(cfg: CFG, effs: list[Effect] | None = None) -> Liveness:
     live_out = [0] * n
     live_in = [0] * n
     func_live_in: dict[int, int] = {}
+    prev, memo = _blk_memo, {}
     for fstart in cfg.callee_order():
         fn = cfg.functions[fstart]
         # a block's transfer function (live_in = gen | (live_out & ~kill)), computed once
         gen_kill: dict[int, tuple[int, int]] = {}
+        same: dict[int, _Blk] = {}  # blocks met before, with the same instructions (and uses: a call's are fixed)
         for bs, b in fn.blocks.items():
+            hit = prev.get(id(insns[bs]))
+            if hit is not None and hit[0] == insns[bs:b.end]:
+                same[bs] = hit
+                gen_kill[bs] = (hit[1], hit[2])
+                continue
             gen, keep = 0, -1
             for i in range(b.end - 1, b.start - 1, -1):
                 gen = (gen & defs[i]) | uses[i]
@@ -149,15 +169,26 @@ def liveness(cfg: CFG, effs: list[Effect] | None = None) -> Liveness:
                 if live != block_in[bs]:
                     block_in[bs] = live
                     changed = True
-        for b in fn.blocks.values():
+        for bs, b in fn.blocks.items():
             live = 0
             for s in b.succs:
                 live |= block_in[s]
-            for i in range(b.end - 1, b.start - 1, -1):
+            start, end = b.start, b.end
+            hit = same.get(bs)
+            if hit is not None and hit[3] == live:
+                live_out[start:end] = hit[4]
+                live_in[start:end] = hit[5]
+                memo[id(insns[start])] = hit
+                continue
+            after = live
+            for i in range(end - 1, start - 1, -1):
                 live_out[i] = live | _ALWAYS
                 live = (live & defs[i]) | uses[i]
                 live_in[i] = live | _ALWAYS
+            gen, keep = gen_kill[bs]
+            memo[id(insns[start])] = (insns[start:end], gen, keep, after, live_out[start:end], live_in[start:end])
         func_live_in[fstart] = block_in[fn.start]
+    _blk_memo = memo
     return Liveness(live_out, live_in, func_live_in)
 
 
@@ -180,6 +211,9 @@ class StackLiveness:
 
 
 _ALL = (1 << 512) - 1
+_STACK, _TOP = Kind.STACK, Kind.TOP
+_ATOMIC = int(Mode.ATOMIC)
+_MEM_SIZE = {0x00: 4, 0x08: 2, 0x10: 1, 0x18: 8}
 # helpers that only touch the memory their pointer arguments point at (bpf_loop runs a callback; the printk
 # family may follow pointers stored in their data array: not listed)
 _PLAIN_HELPERS = frozenset(HELPER_ARGS) - {6, 165, 181}
@@ -213,9 +247,10 @@ def stack_liveness(cfg: CFG, effs: list[Effect] | None = None, values: Values | 
     tracked: dict[int, bool] = {}
     store_at: dict[int, int] = {}
     before = values.before
+    codes = [ins.code for ins in insns]
     for fstart, fn in cfg.functions.items():
         tracked[fstart] = True
-        if not any(insns[i].code & 7 in (Class.ST, Class.STX) for i in range(fn.start, fn.end)):
+        if not any(c & 7 == 2 or c & 7 == 3 for c in codes[fn.start:fn.end]):
             continue  # no store to judge
         size = fn.end - fn.start
         gen = [0] * size
@@ -224,38 +259,43 @@ def stack_liveness(cfg: CFG, effs: list[Effect] | None = None, values: Values | 
             st = before[i]
             if st is None:
                 continue
-            ins = insns[i]
-            c = ins.code
+            c = codes[i]
             cls = c & 7
-            k = i - fn.start
-            if cls == 1 or (cls == 3 and c & 0xE0 == Mode.ATOMIC):  # loads, atomics read
-                base = ins.src if cls == 1 else ins.dst
-                v = st.regs[base]
-                if v.kind == Kind.STACK:
+            if cls == 1 or (cls == 3 and c & 0xE0 == _ATOMIC):  # loads, atomics read
+                ins = insns[i]
+                v = st[0][ins.src if cls == 1 else ins.dst]
+                vk = v[0]
+                if vk is _STACK:
                     off = v.const_offset
-                    m = _stack_bytes(off + ins.off, mem_size(ins)) if off is not None else None
-                    gen[k] = _ALL if m is None else m
-                elif v.kind == Kind.TOP:
-                    gen[k] = _ALL
+                    m = _stack_bytes(off + ins.off, _MEM_SIZE[c & 0x18]) if off is not None else None
+                    gen[i - fn.start] = _ALL if m is None else m
+                elif vk is _TOP:
+                    gen[i - fn.start] = _ALL
             elif cls == 2 or cls == 3:  # plain stores
-                v = st.regs[ins.dst]
-                if v.kind == Kind.STACK and v.const_offset is not None:
-                    m = _stack_bytes(v.const_offset + ins.off, mem_size(ins))
-                    if m is not None:
-                        kill[k] = m
-                        store_at[i] = m
+                ins = insns[i]
+                v = st[0][ins.dst]
+                if v[0] is _STACK:
+                    off = v.const_offset
+                    if off is not None:
+                        m = _stack_bytes(off + ins.off, _MEM_SIZE[c & 0x18])
+                        if m is not None:
+                            kill[i - fn.start] = m
+                            store_at[i] = m
             elif c == CALL:  # a call reads what its pointer arguments reach
+                ins = insns[i]
+                regs = st[0]
                 known = ins.src == CallKind.HELPER and ins.imm in _PLAIN_HELPERS
                 g = 0
                 for r in range(1, (HELPER_ARGS[ins.imm] if known else 5) + 1):
-                    v = st.regs[r]
-                    if v.kind == Kind.STACK and known:
+                    v = regs[r]
+                    vk = v[0]
+                    if vk is _STACK and known:
                         g |= _above(v.const_offset)
-                    elif v.kind == Kind.STACK or v.kind == Kind.TOP:
+                    elif vk is _STACK or vk is _TOP:
                         # a subprogram, kfunc or callback may follow pointers kept in the frame, anywhere
                         g = _ALL
                         break
-                gen[k] = g
+                gen[i - fn.start] = g
         # per block, only the instructions that read or write stack bytes matter (live-out is recorded at
         # those; elsewhere it stays "everything", which no query asks about)
         events: dict[int, list[tuple[int, int, int]]] = {}

@@ -13,7 +13,10 @@ same value of a register exactly when their ids are equal.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
+
+from .liveness import liveness
 
 if TYPE_CHECKING:
     from .analysis import Analysis
@@ -26,9 +29,24 @@ FAR = -2
 
 class LocalDefs:
     def __init__(self, a: Analysis) -> None:
-        self.a = a
+        # the analysis owns this object: a strong reference back would be a reference cycle
+        self._a = weakref.ref(a)
+        self._cfg = a.cfg
+        self._live_out: list[int] | None = None
         self.effects = a.effects
         self.block_of = a.block_of
+
+    @property
+    def a(self) -> Analysis | None:
+        """The analysis this belongs to (None once it is gone)."""
+        return self._a()
+
+    def live_out(self) -> list[int]:
+        """Registers live after each instruction: the analysis' (shared), or computed here if it is gone."""
+        if self._live_out is None:
+            a = self._a()
+            self._live_out = a.live.live_out if a is not None else liveness(self._cfg, self.effects).live_out
+        return self._live_out
 
     def def_before(self, at: int, reg: int) -> int | None:
         """The last instruction of ``at``'s block before ``at`` that writes ``reg`` (None: none does;
@@ -64,7 +82,7 @@ class LocalDefs:
             if e.defs & bit:
                 return True
             m += 1
-        return not self.a.live.live_out[m - 1] & bit
+        return not self.live_out()[m - 1] & bit
 
     def only_use(self, d: int, reg: int, at: int) -> bool:
         """Whether the value ``d`` writes to ``reg`` is read by ``at`` and by nothing else."""

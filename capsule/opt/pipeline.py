@@ -9,13 +9,16 @@ other: merging leaves dead code, folding exposes merges).
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
 
+from .analysis import Analysis
 from .check import NPI_REFUSED
+from .maprefs import keep_map_refs
 from .passes import DEFAULT_PASSES, PASSES, Pass
 from .rewrite import Code
 from .rewrite import count_slots as _count
@@ -111,15 +114,44 @@ def make_passes(names: Sequence[str] | None = None, extra: dict[str, Pass] | Non
 
 def optimize_program(ps: ProgramSpec, passes: Sequence[Pass], check: CheckFn | None = None,
                      max_rounds: int = 3) -> ProgramResult:
+    # The analyses allocate hundreds of thousands of small tuples, each of which counts towards the cyclic
+    # collector's next run, which then walks every young object: about a tenth of the optimizer's time, for
+    # nothing, since the optimizer makes no reference cycles (tests/opt/test_speed.py checks it) and reference
+    # counting frees all it drops. So the collector rests while a program is optimised.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _optimize_program(ps, passes, check, max_rounds)
+    finally:
+        Analysis.forget()
+        if was_enabled:
+            gc.enable()
+
+
+def _optimize_program(ps: ProgramSpec, passes: Sequence[Pass], check: CheckFn | None, max_rounds: int
+                      ) -> ProgramResult:
     res = ProgramResult(ps.name, ps, ps)
     current = ps
     code = Code.from_program(ps)
     spent = 0.0
+    # pass index -> a code that pass is known to leave unchanged (its last run ended there finding nothing,
+    # ``Pass.settled_on``). Passes are deterministic, so running one again on that same code would find
+    # nothing: it is skipped.
+    settled: dict[int, Code] = {}
     for rnd in range(max_rounds):
         improved = False
-        for p in passes:
+        for k, p in enumerate(passes):
+            if settled.get(k) is code:
+                continue
             t0 = time.perf_counter()
             new_code, n = p.run(code, ps.type)
+            fixed = getattr(p, "settled_on", None)
+            if fixed is not None:
+                p.settled_on = None  # the pass keeps no code alive
+            kept = keep_map_refs(code, new_code) if n else new_code
+            if fixed is new_code and kept is new_code:
+                settled[k] = new_code
+            new_code = kept
             candidate = new_code.to_program(current) if n else current
             dt = time.perf_counter() - t0
             spent += dt

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from capsule.bpf.insn import Insn
 
-from .cfg import CFG
+from .cfg import CFG, Function
 from .effects import LD_IMM64
 from .semantics import M64, alu_result, imm64
 from .tnum import UNKNOWN, Tnum
@@ -121,6 +121,7 @@ def _const(v: int) -> Val:
 _XDP = {0: K_PKT, 4: K_PKT_END, 8: K_PKT_META}
 _SKB = {76: K_PKT, 80: K_PKT_END, 140: K_PKT_META}
 CTX_POINTERS: dict[int, dict[int, Kind]] = {6: _XDP, 3: _SKB, 4: _SKB, 8: _SKB, 10: _SKB, 11: _SKB, 12: _SKB}
+_NO_CTX: dict[int, Kind] = {}
 _MAP_VALUE_HELPERS = (1, 195)  # map_lookup_elem, map_lookup_percpu_elem
 _SIZE = {0x00: 4, 0x08: 2, 0x10: 1, 0x18: 8}
 _NO_VALUE = frozenset(c for c in range(256) if c & 7 in (5, 6) and c != 0x85)  # jumps, exit
@@ -134,15 +135,18 @@ class State(NamedTuple):
         if self[0] == o[0]:
             regs = self[0]
         else:
-            regs = tuple([a if a == b else a.join(b) for a, b in zip(self[0], o[0], strict=True)])
+            regs = tuple([a if a is b or a == b else a.join(b) for a, b in zip(self[0], o[0], strict=False)])
         sp, osp = self[1], o[1]
         if sp is osp or sp == osp:
             return _new(State, (regs, sp))
-        # the slots both sides agree on, found in C; then the few that differ
-        spills = dict(sp.items() & osp.items())
-        for k in sp.keys() & osp.keys():
-            if k not in spills:
-                j = sp[k].join(osp[k])
+        # the slots both sides hold, joined (no set operations on items: hashing a Val hashes an Enum, which
+        # runs Python code); a spill is never TOP, so equal slots are kept
+        spills = {}
+        get = osp.get
+        for k, v in sp.items():
+            w = get(k)
+            if w is not None:
+                j = v if v == w else v.join(w)
                 if j is not TOP:
                     spills[k] = j
         return _new(State, (regs, spills))
@@ -260,20 +264,34 @@ def _alu_bits(ins: Insn, a: Tnum, b: Tnum, w32: bool) -> Tnum:
     return r.trunc32() if w32 else r
 
 
+def _exact_offset(v: Val, off: int) -> int | None:
+    """``const_offset`` of ``v + off`` (``v`` a pointer), without building that pointer."""
+    tn = v[1]
+    if tn[1]:
+        return None
+    r = (tn[0] + off) & M64
+    return r - (1 << 64) if r >> 63 else r
+
+
 def _load(ins: Insn, st: State, prog_type: int) -> Val:
-    size = _SIZE[ins.code & 0x18]
-    if ins.code & 0xE0 == 0x80:  # sign-extending load
+    c = ins.code
+    if c & 0xE0 == 0x80:  # sign-extending load
         return SCALAR
-    p = _mem_access(st, ins.src, ins.off)
-    pk = p[0]
-    if pk is K_CTX and size == 4 and not p[1][1]:
-        kind = CTX_POINTERS.get(prog_type, {}).get(p.const_offset)  # type: ignore[arg-type]
-        if kind is not None:
-            return _new(Val, (kind, _new(Tnum, (0, 0)), None))
-    if pk is K_STACK and size == 8 and not p[1][1]:
-        v = st[1].get(p.const_offset)  # type: ignore[arg-type]
-        if v is not None:
-            return v
+    size = _SIZE[c & 0x18]
+    p = st[0][ins.src]
+    pk = p[0]  # the kind of the accessed pointer is its base's (an offset changes only the offset)
+    if pk is K_CTX and size == 4:
+        o = _exact_offset(p, ins.off)
+        if o is not None:
+            kind = CTX_POINTERS.get(prog_type, _NO_CTX).get(o)
+            if kind is not None:
+                return _new(Val, (kind, _new(Tnum, (0, 0)), None))
+    elif pk is K_STACK and size == 8:
+        o = _exact_offset(p, ins.off)
+        if o is not None:
+            v = st[1].get(o)
+            if v is not None:
+                return v
     if size < 8:
         return _RANGE[size * 8]
     if pk is K_PKT or pk is K_ARENA:
@@ -287,11 +305,10 @@ def _load(ins: Insn, st: State, prog_type: int) -> Val:
 
 def _store(ins: Insn, st: State) -> dict[int, Val]:
     spills = st[1]
-    p = _mem_access(st, ins.dst, ins.off)
-    pk = p[0]
-    if pk is K_STACK and not p[1][1]:
-        lo = p.const_offset
-        assert lo is not None
+    p = st[0][ins.dst]
+    pk = p[0]  # the kind of the accessed pointer is its base's
+    lo = _exact_offset(p, ins.off) if pk is K_STACK else None
+    if lo is not None:
         size = _SIZE[ins.code & 0x18]
         if size == 8 and ins.code & 0xE0 == 0x60:
             if spills:
@@ -432,61 +449,139 @@ def _widen(old: State, new: State, regs_too: bool = True) -> State:
     return _new(State, (regs, spills))
 
 
+# Per-function results of the last multi-function analysis, for the next one. A function's states depend only
+# on its own instructions and jump structure (its entry state is fixed, calls are not followed), and an edit
+# usually touches few functions of a large program: the others are not analysed again. The key holds the
+# ``id`` of each instruction (edits keep the ``Insn`` objects they leave alone) and the entry keeps those
+# instructions alive, so an id in a key always names the instruction it was taken of.
+_FnKey = tuple
+_fn_memo: dict[_FnKey, tuple[list[Insn], list[State | None]]] = {}
+# Likewise per block, for the functions an edit did touch: a block whose instructions and entry state are those
+# of a block of the previous analysis has its states (by the ``id`` of its first instruction, which the entry
+# keeps alive). Edits are local, so most blocks of a large function are met again with their old entry state.
+_Blk = tuple[list[Insn], "State", list["State | None"], "State"]  # instructions, entry, states, exit state
+_blk_memo: dict[int, _Blk] = {}
+_blk_type = -1  # the program type ``_blk_memo`` was taken with (loads from the context depend on it)
+
+
+def forget() -> None:
+    """Drop the remembered per-function and per-block results (and the instructions they keep alive)."""
+    _fn_memo.clear()
+    _blk_memo.clear()
+
+
+def _function_keys(cfg: CFG, prog_type: int) -> dict[int, _FnKey]:
+    insns = cfg.code.insns
+    func_of = cfg.func_of
+    jumps: dict[int, list[tuple[int, int]]] = {f: [] for f in cfg.functions}
+    for i, t in cfg.code.targets.items():
+        f = func_of[i]
+        if func_of[t] == f:  # jumps (calls and function addresses do not shape the function's states)
+            jumps[f].append((i - f, t - f))
+    return {f: (prog_type, f == 0, tuple(map(id, insns[f:fn.end])), tuple(sorted(jumps[f])))
+            for f, fn in cfg.functions.items()}
+
+
 def analyze_values(cfg: CFG, prog_type: int) -> Values:
+    global _fn_memo, _blk_memo, _blk_type
     n = len(cfg.code.insns)
     before: list[State | None] = [None] * n
     insns = cfg.code.insns
+    keys = _function_keys(cfg, prog_type) if len(cfg.functions) > 1 else None
+    memo: dict[_FnKey, tuple[list[Insn], list[State | None]]] = {}
+    blk_prev: dict[int, _Blk] = _blk_memo if _blk_type == prog_type else {}
+    blk_memo: dict[int, _Blk] = {}
     for fstart, fn in cfg.functions.items():
-        # a subprogram's arguments may point into its caller's frame (TOP); a program's entry has only the
-        # context, the other registers are uninitialised (unreadable, so never a stack pointer)
-        regs0 = [TOP] * 11 if fstart else [NONSTACK] * 11
-        regs0[10] = _new(Val, (K_STACK, _new(Tnum, (0, 0)), None))
-        if fstart == 0:
-            regs0[1] = _new(Val, (K_CTX, _new(Tnum, (0, 0)), None))
-        blocks = fn.blocks
-        block_in: dict[int, State] = {fstart: _new(State, (tuple(regs0), {}))}
-        order = fn.rpo()
-        rank = {b: k for k, b in enumerate(order)}
-        visits: dict[int, int] = {}
-        heap = [0]
-        queued = {fstart}
-        while heap:
-            bs = order[heapq.heappop(heap)]
-            queued.discard(bs)
-            st = block_in[bs]
-            b = blocks[bs]
-            regs = list(st[0])
-            spills = st[1]
-            for i in range(b.start, b.end):
-                before[i] = st
-                ins = insns[i]
-                c = ins.code
-                if c == 0xB7:  # mov64 K, the commonest instruction: inline
-                    imm = ins.imm
-                    v = (imm - 0x100000000 if imm > 0x7FFFFFFF else imm) & M64
-                    regs[ins.dst] = _CONSTS.get(v) or _const(v)
-                elif c == 0xBF and not ins.off:  # mov64 X
-                    regs[ins.dst] = regs[ins.src]
-                elif c in _NO_VALUE:  # jumps and exit change no value
-                    continue
-                elif c & 7 == 7 or c & 7 == 4:  # ALU64, ALU
-                    regs[ins.dst] = _alu(ins, regs)
-                else:
-                    spills = _step(ins, regs, st, prog_type)
-                st = _new(State, (tuple(regs), spills))
-            for s in b.succs:
-                old = block_in.get(s)
-                if old is None:
-                    new = st
-                else:
-                    new = old.join(st)
-                    if new == old:
-                        continue
-                    v = visits[s] = visits.get(s, 0) + 1
-                    if v > 1:  # stack slots still changing are dropped early (joining them is costly), ...
-                        new = _widen(old, new, regs_too=v > 3)  # ... registers get a few more rounds
-                block_in[s] = new
-                if s not in queued:
-                    queued.add(s)
-                    heapq.heappush(heap, rank[s])
+        if keys is not None:
+            key = keys[fstart]
+            hit = _fn_memo.get(key)
+            if hit is not None:
+                memo[key] = hit
+                before[fstart:fn.end] = hit[1]
+                continue
+        _analyze_function(fn, insns, before, prog_type, blk_prev, blk_memo)
+        if keys is not None:
+            memo[keys[fstart]] = (insns[fstart:fn.end], before[fstart:fn.end])
+    if keys is not None:
+        _fn_memo = memo
+    _blk_memo, _blk_type = blk_memo, prog_type
     return Values(before)
+
+
+def _analyze_function(fn: Function, insns: list[Insn], before: list[State | None], prog_type: int,
+                      blk_prev: dict[int, _Blk], blk_memo: dict[int, _Blk]) -> None:
+    """Fill ``before`` over ``fn``'s instructions (reusing ``blk_prev``'s blocks, recording into ``blk_memo``)."""
+    fstart = fn.start
+    # a subprogram's arguments may point into its caller's frame (TOP); a program's entry has only the
+    # context, the other registers are uninitialised (unreadable, so never a stack pointer)
+    regs0 = [TOP] * 11 if fstart else [NONSTACK] * 11
+    regs0[10] = _new(Val, (K_STACK, _new(Tnum, (0, 0)), None))
+    if fstart == 0:
+        regs0[1] = _new(Val, (K_CTX, _new(Tnum, (0, 0)), None))
+    blocks = fn.blocks
+    block_in: dict[int, State] = {fstart: _new(State, (tuple(regs0), {}))}
+    order = fn.rpo()
+    rank = {b: k for k, b in enumerate(order)}
+    visits: dict[int, int] = {}
+    heap = [0]
+    queued = {fstart}
+    while heap:
+        bs = order[heapq.heappop(heap)]
+        queued.discard(bs)
+        st = block_in[bs]
+        b = blocks[bs]
+        start, end = b.start, b.end
+        key = id(insns[start])
+        hit = blk_prev.get(key)
+        if hit is not None and (hit[1] is st or hit[1] == st) and hit[0] == insns[start:end]:
+            before[start:end] = hit[2]
+            blk_memo[key] = hit
+            st = hit[3]
+        else:
+            entry = st
+            st = _block(insns, start, end, st, before, prog_type)
+            blk_memo[key] = (insns[start:end], entry, before[start:end], st)
+        for s in b.succs:
+            old = block_in.get(s)
+            if old is None:
+                new = st
+            else:
+                new = old.join(st)
+                if new == old:
+                    continue
+                v = visits[s] = visits.get(s, 0) + 1
+                if v > 1:  # stack slots still changing are dropped early (joining them is costly), ...
+                    new = _widen(old, new, regs_too=v > 3)  # ... registers get a few more rounds
+            block_in[s] = new
+            if s not in queued:
+                queued.add(s)
+                heapq.heappush(heap, rank[s])
+
+
+def _block(insns: list[Insn], start: int, end: int, st: State, before: list[State | None], prog_type: int
+           ) -> State:
+    """Run one block from entry state ``st``, filling ``before``; returns the exit state."""
+    regs = list(st[0])
+    spills = st[1]
+    for i in range(start, end):
+        before[i] = st
+        ins = insns[i]
+        c = ins.code
+        if c == 0xB7:  # mov64 K, the commonest instruction: inline
+            imm = ins.imm
+            v = (imm - 0x100000000 if imm > 0x7FFFFFFF else imm) & M64
+            regs[ins.dst] = _CONSTS.get(v) or _const(v)
+        elif c == 0xBF and not ins.off:  # mov64 X
+            regs[ins.dst] = regs[ins.src]
+        elif c in _NO_VALUE:  # jumps and exit change no value
+            continue
+        elif c & 7 == 7 or c & 7 == 4:  # ALU64, ALU
+            regs[ins.dst] = _alu(ins, regs)
+        elif c & 7 == 1:  # loads (``_step``'s case, without the extra call)
+            regs[ins.dst] = _load(ins, st, prog_type)
+        elif c & 0xE7 == 0x63 or c & 0xE7 == 0x62:  # plain stores (STX/ST MEM)
+            spills = _store(ins, st)
+        else:
+            spills = _step(ins, regs, st, prog_type)
+        st = _new(State, (tuple(regs), spills))
+    return st

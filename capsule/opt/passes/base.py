@@ -40,13 +40,20 @@ class Pass:
     def find(self, a: Analysis, e: Edits) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    # set by ``run``: the code its last round found nothing in. The pipeline skips the pass while the program
+    # is still that code (passes are deterministic: it would find nothing again). It names the returned code
+    # only when ``run`` stopped there, so a ``run`` of a subclass that changes the code after is never skipped.
+    settled_on: Code | None = None
+
     def run(self, code: Code, prog_type: int) -> tuple[Code, int]:
         """Apply the pass until it finds nothing; returns the new code and the number of rewrites."""
         total = 0
+        self.settled_on = None
         for _ in range(MAX_ROUNDS):
             e = Edits()
             self.find(Analysis.of(code, prog_type), e)
             if not e:
+                self.settled_on = code
                 break
             code = code.edit(e.delete, e.replace, e.retarget)
             total += max(e.rewrites, 1)

@@ -28,6 +28,10 @@ from .base import Edits, Pass
 
 _ST_OK = (Kind.STACK, Kind.MAP_VALUE, Kind.PKT, Kind.ARENA)
 _MOV_K = (Class.ALU64 | Alu.MOV | Src.K, Class.ALU | Alu.MOV | Src.K)
+# plain ints and a plain member for the scan over every instruction (no enum lookups or properties per step)
+_ST, _STX, _ALU, _ALU64 = int(Class.ST), int(Class.STX), int(Class.ALU), int(Class.ALU64)
+_MEM, _X, _END = int(Mode.MEM), int(Src.X), int(Alu.END)
+_SCALAR = Kind.SCALAR
 
 
 def _fits_s32(v: int) -> bool:
@@ -65,9 +69,9 @@ class ConstProp(Pass):
                 continue
             c = ins.code
             cls = c & 7
-            if cls == Class.STX and (c & 0xE0) == Mode.MEM:
-                v = st.regs[ins.src]
-                if not v.is_const:
+            if cls == _STX and (c & 0xE0) == _MEM:
+                v = st[0][ins.src]
+                if v[0] is not _SCALAR or v[1][1]:  # not a constant
                     continue
                 base = access_val(a.values, i, ins.dst, ins.off)
                 if base.kind in _ST_OK and e.free(i):
@@ -77,12 +81,12 @@ class ConstProp(Pass):
                         continue
                     e.replace[i] = Insn(Class.ST | size | Mode.MEM, ins.dst, 0, ins.off, sext(val, 32), sym=ins.sym)
                     e.rewrites += 1
-            elif cls == Class.ALU or cls == Class.ALU64:
+            elif cls == _ALU or cls == _ALU64:
                 if c in _MOV_K and not ins.off:
                     if not drop_redundant:
                         continue
-                    old = st.regs[ins.dst]
-                    want = (ins.imm & M32) if cls == Class.ALU else imm64(ins.imm)
+                    old = st[0][ins.dst]
+                    want = (ins.imm & M32) if cls == _ALU else imm64(ins.imm)
                     if old.is_const and old.tn.value == want and e.free(i):
                         e.delete.add(i)  # the register already holds it
                         e.rewrites += 1
@@ -90,18 +94,18 @@ class ConstProp(Pass):
                 after = before[i + 1] if i + 1 < n else None
                 if after is None:
                     continue
-                r = after.regs[ins.dst]
-                if r.is_const:
+                r = after[0][ins.dst]
+                if r[0] is _SCALAR and not r[1][1]:
                     new = mov_const(ins.dst, r.tn.value, ins.sym)
                     if new is not None and e.free(i):
                         e.replace[i] = new
                         e.rewrites += 1
                         continue
-                if c & Src.X and ins.off == 0 and (c & 0xF0) != Alu.END:
-                    s = st.regs[ins.src]
-                    if s.is_const:
+                if c & _X and ins.off == 0 and (c & 0xF0) != _END:
+                    s = st[0][ins.src]
+                    if s[0] is _SCALAR and not s[1][1]:
                         k = s.tn.value
-                        if (cls == Class.ALU or _fits_s32(k)) and e.free(i):
+                        if (cls == _ALU or _fits_s32(k)) and e.free(i):
                             e.replace[i] = Insn(c & ~Src.X, ins.dst, 0, 0, sext(k, 32), sym=ins.sym)
                             e.rewrites += 1
             elif c in COND_JUMPS:
@@ -148,7 +152,7 @@ class ConstProp(Pass):
                 if targets.get(i) == i + 1 and (c & 0xF0) != Jmp.JCOND and e.free(i):
                     e.delete.add(i)  # typically left behind by removing what it jumped over
                     e.rewrites += 1
-            elif (cls == Class.ST or cls == Class.STX) and (c & 0xE0) == Mode.MEM:
+            elif (cls == _ST or cls == _STX) and (c & 0xE0) == _MEM:
                 if stack is None:
                     stack = a.stack
                 if stack.store_dead(a.cfg, i) and e.free(i):
