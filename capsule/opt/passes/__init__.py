@@ -10,9 +10,13 @@ from .align import Align
 from .base import Edits, Pass
 from .compact import Compact
 from .constprop import ConstProp
+from .copyprop import CopyProp
 from .fusion import Fusion
 from .peephole import Peephole
+from .pktreuse import PktReuse
+from .reuse import Reuse
 from .superword import Superword
+from .tailmerge import TailMerge
 
 PASSES: dict[str, type[Pass]] = {
     "align": Align,
@@ -21,8 +25,12 @@ PASSES: dict[str, type[Pass]] = {
     "fusion": Fusion,
     "compact": Compact,
     "peephole": Peephole,
+    "reuse": Reuse,
+    "pktreuse": PktReuse,
+    "copyprop": CopyProp,
+    "tailmerge": TailMerge,
 }
 DEFAULT_PASSES: tuple[str, ...] = tuple(PASSES)
 
 __all__ = ["PASSES", "DEFAULT_PASSES", "Pass", "Edits", "Align", "ConstProp", "Superword", "Fusion", "Compact",
-           "Peephole"]
+           "Peephole", "Reuse", "PktReuse", "CopyProp", "TailMerge"]
