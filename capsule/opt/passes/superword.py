@@ -62,21 +62,24 @@ class Superword(Pass):
         for off in sorted(data):
             if off in covered:
                 continue
+            # the store that last wrote this byte starts before it: every window from here would cut that store
+            # (windows are checked from the lowest byte up, so no byte after an uncovered one is covered yet)
+            if insns[data[off][1]].off < off:
+                continue
             for size in (8, 4, 2):
                 span = range(off, off + size)
-                if any(b not in data or b in covered for b in span):
+                if any(b not in data for b in span):
+                    continue
+                # every store touching these bytes must lie entirely inside the window, and there must be two
+                touching = {data[b][1] for b in span}
+                if len(touching) < 2 or any(
+                        not (off <= insns[k].off and insns[k].off + mem_size(insns[k]) <= off + size)
+                        for k in touching):
                     continue
                 value = sum(data[b][0] << (8 * (b - off)) for b in span)
                 if size == 8 and not -(1 << 31) <= sext(value, 64) < 1 << 31:
                     continue
                 if not wide_access_ok(access_val(a.values, run[0], first.dst, off), size, a.prog_type):
-                    continue
-                # every store touching these bytes must lie entirely inside the window
-                touching = {data[b][1] for b in span}
-                if any(not (off <= insns[k].off and insns[k].off + mem_size(insns[k]) <= off + size)
-                       for k in touching):
-                    continue
-                if len(touching) < 2:
                     continue
                 new.append((off, size, value))
                 covered.update(span)
