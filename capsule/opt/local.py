@@ -14,6 +14,7 @@ same value of a register exactly when their ids are equal.
 from __future__ import annotations
 
 import weakref
+from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from .liveness import liveness
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalDefs", "WINDOW", "FAR"]
 
+_NREGS = 11
+_REGS = (1 << _NREGS) - 1
 WINDOW = 64  # how far the scans look (patterns are short; long blocks must not make them quadratic)
 FAR = -2
 
@@ -35,6 +38,9 @@ class LocalDefs:
         self._live_out: list[int] | None = None
         self.effects = a.effects
         self.block_of = a.block_of
+        # block start -> (end, per register: the block's instructions reading it, those writing it), built on
+        # the first ``uses_in_block`` about the block
+        self._index: dict[int, tuple[int, list[list[int]], list[list[int]]]] = {}
 
     @property
     def a(self) -> Analysis | None:
@@ -83,6 +89,55 @@ class LocalDefs:
                 return True
             m += 1
         return not self.live_out()[m - 1] & bit
+
+    def uses_in_block(self, d: int, reg: int, allowed: set[int] | frozenset[int]) -> bool:
+        """``uses_within`` looking as far as the block goes (no ``WINDOW``): indexed, so a long block costs a
+        scan once rather than per question."""
+        blk = self.block_of[d]
+        idx = self._index.get(blk)
+        if idx is None:
+            idx = self._index[blk] = self._build(blk)
+        end, uses, defs = idx
+        bit = 1 << reg
+        if not blk <= d < end:  # (an instruction outside every block: no run of its own to index)
+            return self._scan(d, reg, allowed)
+        ds = defs[reg]
+        k = bisect_right(ds, d)
+        nxt = ds[k] if k < len(ds) else end  # the next write (an instruction reads before it writes)
+        us = uses[reg]
+        for k in range(bisect_right(us, d), len(us)):
+            m = us[k]
+            if m > nxt:
+                break
+            if m not in allowed:
+                return False
+        return nxt < end or not self.live_out()[end - 1] & bit
+
+    def _scan(self, d: int, reg: int, allowed: set[int] | frozenset[int]) -> bool:
+        bit = 1 << reg
+        effs, blk = self.effects, self.block_of[d]
+        m = d + 1
+        while m < len(effs) and self.block_of[m] == blk:
+            if effs[m].uses & bit and m not in allowed:
+                return False
+            if effs[m].defs & bit:
+                return True
+            m += 1
+        return not self.live_out()[m - 1] & bit
+
+    def _build(self, blk: int) -> tuple[int, list[list[int]], list[list[int]]]:
+        effs, block_of = self.effects, self.block_of
+        uses: list[list[int]] = [[] for _ in range(_NREGS)]
+        defs: list[list[int]] = [[] for _ in range(_NREGS)]
+        m, n = blk, len(effs)
+        while m < n and block_of[m] == blk:
+            e = effs[m]
+            for bits, out in ((e.uses & _REGS, uses), (e.defs & _REGS, defs)):
+                while bits:
+                    out[(bits & -bits).bit_length() - 1].append(m)
+                    bits &= bits - 1
+            m += 1
+        return m, uses, defs
 
     def only_use(self, d: int, reg: int, at: int) -> bool:
         """Whether the value ``d`` writes to ``reg`` is read by ``at`` and by nothing else."""

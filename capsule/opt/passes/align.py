@@ -61,6 +61,7 @@ _ORS = (Class.ALU64 | Alu.OR | Src.X, Class.ALU | Alu.OR | Src.X)
 _NARROW_LOADS = frozenset(Class.LDX | Mode.MEM | s for s in (0x00, 0x08, 0x10))
 _NARROW_STORES = frozenset(Class.STX | Mode.MEM | s for s in (0x00, 0x08, 0x10))
 SYSCALL = 31
+_MAX_DEPTH = 24  # how deep ``_trace`` follows a composition
 
 
 def wide_access_ok(base: Val, size: int, prog_type: int) -> bool:
@@ -86,64 +87,100 @@ class Align(Pass):
     name = "align"
     summary = "merge byte-wise loads/stores that clang split into one wide access where the verifier allows"
     _ids: BlockValues  # set by ``find``: the registers' values, named over whole blocks
+    # set by ``find``: (reg, at, w32) -> (the trace, or None; how many levels deeper it looked). A chain of
+    # ``|=`` is traced once from each of its ors: without this, every later or re-traces all the earlier ones
+    _traced: dict[tuple[int, int, bool], tuple[_Comp | None, int]]
 
     def find(self, a: Analysis, e: Edits) -> None:
         insns = a.code.insns
         self._ids = BlockValues(a)
+        self._traced = {}
         if any(ins.code in _NARROW_LOADS for ins in insns):
-            for i, ins in enumerate(insns):
+            # last or first: an or that completes a composition comes after the ors of its parts, so the whole
+            # value is merged at once; the parts' own merges (2 bytes, then 4, then 8) took a round each
+            for i in range(len(insns) - 1, -1, -1):
+                ins = insns[i]
                 if ins.code in _ORS and a.values.reachable(i) and e.free(i):
                     self._load(a, e, i, ins)
         if sum(1 for ins in insns if ins.code in _NARROW_STORES) >= 2:
             self._stores(a, e)
             self._copies(a, e)
+        self._traced = {}  # (dropped: the next round asks about a new code)
 
     # -- loads ---------------------------------------------------------------------------------------------
     def _trace(self, a: Analysis, reg: int, at: int, w32: bool, depth: int = 0) -> _Comp | None:
-        if depth > 24:
-            return None
+        """The pieces ``reg`` is composed of at ``at`` (a fresh ``_Comp`` the caller may change)."""
+        c, _ = self._trace_h(a, reg, at, w32, depth)
+        return c
+
+    def _trace_h(self, a: Analysis, reg: int, at: int, w32: bool, depth: int) -> tuple[_Comp | None, int | None]:
+        """``_trace`` and the number of levels below ``depth`` it looked (None: it hit the depth limit, so a
+        shallower call could find more). A remembered trace stands for a call at any depth from which it
+        stays within the limit: the walk is then the same."""
+        key = (reg, at, w32)
+        hit = self._traced.get(key)
+        if hit is not None and depth + hit[1] <= _MAX_DEPTH:
+            return _copy_comp(hit[0]), hit[1]
+        c, h = self._trace_walk(a, reg, at, w32, depth)
+        if h is not None:
+            self._traced[key] = (_copy_comp(c), h)
+        return c, h
+
+    def _trace_walk(self, a: Analysis, reg: int, at: int, w32: bool, depth: int) -> tuple[_Comp | None, int | None]:
+        if depth > _MAX_DEPTH:
+            return None, None
+        h: int | None = 0
+
+        def sub(r: int, d: int, w: bool) -> _Comp | None:
+            nonlocal h
+            c, hs = self._trace_h(a, r, d, w, depth + 1)
+            h = None if hs is None or h is None else max(h, hs + 1)
+            return c
+
         loc = a.local
         d = loc.def_before(at, reg)
         if d is None or d < 0:
-            return None
+            return None, h
         ins = a.code.insns[d]
         copy = None
-        if not loc.uses_within(d, reg, {at}):
+        # (over the whole block: clang leaves a shifted piece's register unwritten for long, and a windowed
+        # look would find the composition only once earlier merges had shortened the block)
+        if not loc.uses_in_block(d, reg, {at}):
             # a loaded piece may also be stored as it is (the probe copies a field and decodes it)
             copy = _copy_store(a, d, at) if ins.code in _NARROW_LOADS else None
             if copy is None:
-                return None
+                return None, h
         limit = 4 if w32 else 8
         c: _Comp | None
         if ins.cls == Class.LDX and (ins.code & 0xE0) == Mode.MEM:
             n = mem_size(ins)
             if n > limit:
-                return None
+                return None, h
             c = _Comp((ins.src, self._ids.value_id(d, ins.src)), {k: ins.off + k for k in range(n)}, {d}, d)
             if copy is not None:
                 c.copies[d] = copy
         elif ins.code in (Class.ALU64 | Alu.LSH | Src.K, Class.ALU | Alu.LSH | Src.K) and ins.imm % 8 == 0:
-            c = self._trace(a, ins.dst, d, w32 or ins.cls == Class.ALU, depth + 1)
+            c = sub(ins.dst, d, w32 or ins.cls == Class.ALU)
             if c is None:
-                return None
+                return None, h
             k = ins.imm // 8
             c.bytes = {p + k: o for p, o in c.bytes.items()}
             if c.bytes and max(c.bytes) >= (4 if ins.cls == Class.ALU else 8):
-                return None
+                return None, h
         elif ins.code in (Class.ALU64 | Alu.OR | Src.X, Class.ALU | Alu.OR | Src.X):
             w = w32 or ins.cls == Class.ALU
-            c = self._trace(a, ins.dst, d, w, depth + 1)
-            c2 = self._trace(a, ins.src, d, w, depth + 1) if c is not None else None
+            c = sub(ins.dst, d, w)
+            c2 = sub(ins.src, d, w) if c is not None else None
             c = _merge(c, c2)
         elif ins.code in (Class.ALU64 | Alu.MOV | Src.X, Class.ALU | Alu.MOV | Src.X) and ins.off == 0:
-            c = self._trace(a, ins.src, d, w32 or ins.cls == Class.ALU, depth + 1)
+            c = sub(ins.src, d, w32 or ins.cls == Class.ALU)
         else:
-            return None
+            return None, h
         if c is None or (c.bytes and max(c.bytes) >= limit):
-            return None
+            return None, h
         c.insns.add(d)
         c.first = min(c.first, d)
-        return c
+        return c, h
 
     def _load(self, a: Analysis, e: Edits, i: int, ins: Insn) -> None:
         w32 = ins.cls == Class.ALU
@@ -510,6 +547,10 @@ def _apart(p: Val, psize: int, q: Val, qsize: int) -> bool:
         return o is not None and t is not None and (o + psize <= t or t + qsize <= o)
     # two maps' values are separate allocations (the analysis names a map value's map only when it is sure)
     return p.kind == q.kind == Kind.MAP_VALUE and p.ref is not None and q.ref is not None and p.ref != q.ref
+
+def _copy_comp(c: _Comp | None) -> _Comp | None:
+    return None if c is None else _Comp(c.base, dict(c.bytes), set(c.insns), c.first, dict(c.copies))
+
 
 def _merge(c1: _Comp | None, c2: _Comp | None) -> _Comp | None:
     if c1 is None or c2 is None or c1.base != c2.base or set(c1.bytes) & set(c2.bytes):
