@@ -7,12 +7,13 @@ rather than keep a register live across the parsing code). Each reload is an ins
 processes on every path through it; as ``rX = rY`` it is one the copy propagation pass can then remove (the
 readers read ``rY``), and a copy also keeps the range the verifier has already proven for ``rY``.
 
-Which register holds which field is a must-analysis of its own (``held``): ``rY`` holds field ``off`` of the
-context when every path to that point loaded it from there and nothing wrote ``rY`` since. Any call forgets
-everything: helpers that change the packet (``bpf_xdp_adjust_head``, ``bpf_skb_pull_data``, ...) move
-``data``/``data_end``, and the verifier invalidates every packet pointer a register held across them. Only
-the context's pointer fields are reused: a context *scalar* reloaded is a fresh value the verifier links to
-nothing, and a copy would link the two registers (one scalar id), which changes how it narrows and prunes.
+Which register holds which field is a must-analysis (``held_fields``, solved by ``regfacts.must_hold``): ``rY``
+holds field ``off`` of the context when every path to that point loaded it from there and nothing wrote ``rY``
+since. Any call forgets everything: helpers that change the packet (``bpf_xdp_adjust_head``,
+``bpf_skb_pull_data``, ...) move ``data``/``data_end``, and the verifier invalidates every packet pointer a
+register held across them. Only the context's pointer fields are reused: a context *scalar* reloaded is a fresh
+value the verifier links to nothing, and a copy would link the two registers (one scalar id), which changes how it
+narrows and prunes.
 
 Why the verifier accepts the copy: a ``mov`` gives ``rX`` ``rY``'s pointer type and offset (0) and the range
 already proven for it, which is at least what a fresh load has (none); packet pointers loaded from the context
@@ -26,6 +27,7 @@ from capsule.bpf.opcodes import Alu, Class, Mode, Src
 
 from ..analysis import Analysis
 from ..effects import CALL
+from ..regfacts import NOTHING, NREGS, Held, must_hold
 from ..values import CTX_POINTERS, Kind, access_val
 from .base import Edits, Pass
 
@@ -33,7 +35,6 @@ __all__ = ["PktReuse", "held_fields"]
 
 _LDX_W = int(Class.LDX | Mode.MEM | 0x00)  # the pointer fields are 32-bit context loads
 _MOV64_X = int(Class.ALU64 | Alu.MOV | Src.X)
-_NREGS = 11
 
 # helpers that never change packet data (``bpf_helper_changes_pkt_data`` is false for them): map operations,
 # time, random, CPU id, current task ids, trace_printk, redirect and redirect_map, perf event and ring buffer
@@ -41,7 +42,6 @@ _NREGS = 11
 _KEEPS_PACKET = frozenset((1, 2, 3, 5, 6, 7, 8, 14, 15, 16, 23, 25, 28, 34, 35, 51, 87, 88, 89, 118, 125, 130, 131,
                            132, 133, 134, 160, 195))
 
-Held = tuple  # per register r0..r10: the context offset of the pointer field it holds, or None
 
 
 def _loaded_field(a: Analysis, i: int, fields: dict[int, Kind]) -> int | None:
@@ -56,54 +56,34 @@ def _loaded_field(a: Analysis, i: int, fields: dict[int, Kind]) -> int | None:
     return off if off in fields else None
 
 
-def held_fields(a: Analysis) -> list[Held | None]:
-    """Per instruction, what each register holds before it (None where the analysis does not reach)."""
+def held_fields(a: Analysis) -> dict[int, Held]:
+    """Per reachable instruction, which context pointer field each register holds before it."""
     fields = CTX_POINTERS.get(a.prog_type, {})
-    n = len(a.code.insns)
-    out: list[Held | None] = [None] * n
     if not fields:
-        return out
+        return {}
     effs = a.effects
     insns = a.code.insns
-    loads = {i: f for i in range(n) if (f := _loaded_field(a, i, fields)) is not None}
-    empty: Held = (None,) * _NREGS
-    for fn in a.cfg.functions.values():
-        order = fn.rpo()
-        block_in: dict[int, Held] = {fn.start: empty}
-        changed = True
-        while changed:  # a must-analysis: meet is "same field on both sides"; a few rounds settle loops
-            changed = False
-            for bs in order:
-                cur = block_in.get(bs)
-                if cur is None:
-                    continue
-                b = fn.blocks[bs]
-                for i in range(b.start, b.end):
-                    out[i] = cur
-                    ins = insns[i]
-                    if effs[i].call and not (ins.code == CALL and ins.src == 0 and ins.imm in _KEEPS_PACKET):
-                        cur = empty
-                        continue
-                    d = effs[i].defs
-                    if not d:
-                        continue
-                    regs = list(cur)
-                    for r in range(_NREGS):
-                        if d >> r & 1:
-                            regs[r] = None
-                    f = loads.get(i)
-                    if f is not None:
-                        regs[insns[i].dst] = f
-                    elif insns[i].code == _MOV64_X and not insns[i].off:
-                        regs[insns[i].dst] = cur[insns[i].src]
-                    cur = tuple(regs)
-                for s in b.succs:
-                    old = block_in.get(s)
-                    new = cur if old is None else tuple(x if x == y else None for x, y in zip(old, cur, strict=True))
-                    if new != old:
-                        block_in[s] = new
-                        changed = True
-    return out
+    loads = {i: f for i in range(len(insns)) if (f := _loaded_field(a, i, fields)) is not None}
+
+    def step(i: int, cur: list) -> None:
+        ins = insns[i]
+        if effs[i].call and not (ins.code == CALL and ins.src == 0 and ins.imm in _KEEPS_PACKET):
+            cur[:] = NOTHING
+            return
+        d = effs[i].defs
+        if not d:
+            return
+        src = cur[ins.src] if ins.code == _MOV64_X and not ins.off else None
+        for r in range(NREGS):
+            if d >> r & 1:
+                cur[r] = None
+        f = loads.get(i)
+        if f is not None:
+            cur[ins.dst] = f
+        elif src is not None:
+            cur[ins.dst] = src
+
+    return must_hold(a, step)
 
 
 class PktReuse(Pass):
@@ -122,11 +102,11 @@ class PktReuse(Pass):
                 continue
             if held is None:
                 held = held_fields(a)
-            h = held[i]
+            h = held.get(i)
             if h is None:
                 continue
             dst = insns[i].dst
-            src = next((r for r in range(_NREGS) if h[r] == f and r != dst), None)
+            src = next((r for r in range(NREGS) if h[r] == f and r != dst), None)
             if src is None:
                 if h[dst] == f and e.free(i):  # the register already holds it
                     e.delete.add(i)

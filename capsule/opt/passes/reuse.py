@@ -5,23 +5,22 @@
 - ``rX = r10; rX += K`` (a stack address, rebuilt before each helper call) becomes ``rX = rY`` when ``rY``
   holds ``r10 + K`` on every path, and goes entirely when ``rX`` itself still does.
 
-"Holds" is decided by a must-analysis of its own (``held``): a register holds a *recipe* (the ``ld_imm64``'s
-source kind, immediate and relocation, or ``fp + K``) when every path to that point built it that way and
-nothing wrote the register since. Unlike the value analysis, which calls a map value pointer just "map value
-of map M at offset 0" whether it came from an ``ld_imm64`` or from a lookup (different elements), a recipe says
-exactly how the value was made. The copy is a ``mov``, which the verifier tracks like the original: the same
-pointer type, map, offset and range.
+"Holds" is decided by a must-analysis (``held``, solved by ``regfacts.must_hold``): a register holds a *recipe*
+(the ``ld_imm64``'s source kind, immediate and relocation, or ``fp + K``) when every path to that point built it
+that way and nothing wrote the register since. Unlike the value analysis, which calls a map value pointer just
+"map value of map M at offset 0" whether it came from an ``ld_imm64`` or from a lookup (different elements), a
+recipe says exactly how the value was made. The copy is a ``mov``, which the verifier tracks like the original:
+the same pointer type, map, offset and range.
 """
 
 from __future__ import annotations
-
-import heapq
 
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu, Class, Pseudo, Src
 
 from ..analysis import Analysis
 from ..effects import LD_IMM64, regs_of
+from ..regfacts import Held, must_hold
 from .base import Edits, Pass
 
 _MOV64_X = int(Class.ALU64 | Alu.MOV | Src.X)
@@ -30,8 +29,7 @@ _FP = 10
 # ld_imm64 forms whose value is fixed at load time: constants, maps by fd or index, map values by fd or index
 _REUSABLE = (Pseudo.NONE, Pseudo.MAP_FD, Pseudo.MAP_VALUE, Pseudo.MAP_IDX, Pseudo.MAP_IDX_VALUE)
 
-Recipe = tuple  # ("ld", src, imm, ref) or ("fp", K)
-Held = tuple  # per register (r0..r10): its recipe or None
+Recipe = tuple  # ("ld", src, imm, ref) or ("fp", K): the facts of ``regfacts.must_hold``
 
 
 def _step(insns: list[Insn], targets: dict[int, int], defs: list[int], i: int, held: list) -> None:
@@ -58,38 +56,7 @@ def held(a: Analysis, at: set[int]) -> dict[int, Held]:
     """The recipe each register holds before each (reachable) instruction of ``at``."""
     insns, targets = a.code.insns, a.code.targets
     defs = [e.defs for e in a.effects]
-    out: dict[int, Held] = {}
-    for fn in a.cfg.functions.values():
-        order = fn.rpo()
-        rank = {b: k for k, b in enumerate(order)}
-        block_in: dict[int, Held] = {fn.start: (None,) * 11}
-        heap, queued = [0], {fn.start}
-        while heap:  # forward must-analysis to a fixpoint (joins only forget)
-            bs = order[heapq.heappop(heap)]
-            queued.discard(bs)
-            b = fn.blocks[bs]
-            cur = list(block_in[bs])
-            for i in range(b.start, b.end):
-                _step(insns, targets, defs, i, cur)
-            end = tuple(cur)
-            for s in b.succs:
-                old = block_in.get(s)
-                new = end if old is None else tuple(x if x == y else None for x, y in zip(old, end, strict=True))
-                if new != old:
-                    block_in[s] = new
-                    if s not in queued:
-                        queued.add(s)
-                        heapq.heappush(heap, rank[s])
-        for bs in order:
-            b = fn.blocks[bs]
-            if not any(i in at for i in range(b.start, b.end)):
-                continue
-            cur = list(block_in[bs])
-            for i in range(b.start, b.end):
-                if i in at:
-                    out[i] = tuple(cur)
-                _step(insns, targets, defs, i, cur)
-    return out
+    return must_hold(a, lambda i, cur: _step(insns, targets, defs, i, cur), at)
 
 
 class Reuse(Pass):
