@@ -9,7 +9,10 @@ input does not compile). Run it before and after a change and compare the two fi
 
     python scripts/object_digests.py > before.json
     ... change ...
-    python scripts/object_digests.py > after.json && diff before.json after.json
+    python scripts/object_digests.py --compare before.json
+
+With ``--compare FILE`` it prints every input whose output differs from FILE's (inputs only one side has are
+counted, not compared) and exits 1 if any does.
 """
 
 from __future__ import annotations
@@ -63,7 +66,12 @@ def _opt_digest(path: str) -> tuple[str, str]:
     return key, out
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--compare", metavar="FILE", help="compare with an earlier run's output instead of printing")
+    args = ap.parse_args(argv)
     jobs: list[tuple[str, str]] = []
     for root in ROOTS:
         for p in sorted(root.rglob("*.wasm")):
@@ -74,6 +82,15 @@ def main() -> int:
         result = dict(pool.map(_digest, jobs, chunksize=8))
         objects = sorted(str(p) for p in (TOP / ".cache" / "tests").glob("*.o"))
         result.update(pool.map(_opt_digest, objects))
+    if args.compare:
+        before = json.loads(Path(args.compare).read_text())
+        common = sorted(set(before) & set(result))
+        changed = [k for k in common if before[k] != result[k]]
+        for k in changed:
+            print(f"{k}: {before[k]} -> {result[k]}")
+        print(f"{len(common)} compared, {len(changed)} differ; {len(set(result) - set(before))} new inputs, "
+              f"{len(set(before) - set(result))} missing")
+        return 1 if changed else 0
     json.dump(dict(sorted(result.items())), sys.stdout, indent=0)
     print()
     print(f"{len(result)} objects", file=sys.stderr)
@@ -81,4 +98,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
