@@ -32,14 +32,10 @@ from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import BlockType, FuncType, Instr, Module, Op, UnsupportedError, ValType
 
 from . import abi
+from .abi import BPF_CALL_REGION, BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_RUNTIME
 from .code import Code, RegionKey
 from .options import Options
 from .values import (
-    BPF_CALL_REGION,
-    BPF_FIBER,
-    BPF_FIBER_SCALAR,
-    BPF_FP_SCALAR,
-    BPF_RUNTIME,
     CALLER_SAVED,
     FRAME,
     T0,

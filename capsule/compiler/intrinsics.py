@@ -21,7 +21,8 @@ from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import FuncType, ValType
 
 from . import abi
-from .values import BPF_FIBER, BPF_FP_SCALAR, BPF_RUNTIME, CALLER_SAVED, T0, T1, Slot
+from .abi import BPF_FIBER, BPF_FP_SCALAR, BPF_RUNTIME, BPF_TEMP2
+from .values import CALLER_SAVED, T0, T1, Slot
 from .values import FP as R10
 
 if TYPE_CHECKING:
@@ -93,24 +94,24 @@ def _clock(fc: FunctionCompiler) -> None:
     fc.push(clock)
     fc.materialize(slot)
     r = fc.read(slot, fc.stack[slot], T1)
-    fc.emit(stx(8, R10, -64, r))  # the clock id survives the helper call on the BPF stack
+    fc.emit(stx(8, R10, BPF_TEMP2, r))  # the clock id survives the helper call on the BPF stack
     fc.stack.pop()
 
     def emit_call() -> None:
         mono = fc.code.fresh(f"f{fc.index}.clk")
         done = fc.code.fresh(f"f{fc.index}.clkd")
-        fc.emit(ldx(8, T1, R10, -64), jmp(Jmp.JNE, T1, 0, mono, w32=True),
+        fc.emit(ldx(8, T1, R10, BPF_TEMP2), jmp(Jmp.JNE, T1, 0, mono, w32=True),
                 call_helper(HELPER_KTIME_GET_BOOT_NS), ldx(8, T1, R10, BPF_RUNTIME),
                 ldx(8, T1, T1, abi.CTRL_REALTIME_OFFSET), alu(Alu.ADD, T0, T1), ja(done))
         fc.code.label(mono)
         fc.emit(call_helper(HELPER_KTIME_GET_NS))
         fc.code.label(done)
-        fc.emit(stx(8, R10, -64, T0))
+        fc.emit(stx(8, R10, BPF_TEMP2, T0))
 
     _helper_call(fc, slot, emit_call)
     slot = fc.push(Slot(ValType.I64))
     dst = fc.dst(slot)
-    fc.emit(ldx(8, dst, R10, -64))
+    fc.emit(ldx(8, dst, R10, BPF_TEMP2))
     fc.finish(slot, dst, ValType.I64)
 
 
@@ -118,12 +119,12 @@ def _random(fc: FunctionCompiler) -> None:
     below = len(fc.stack)
 
     def emit_call() -> None:
-        fc.emit(call_helper(HELPER_GET_PRANDOM_U32), mov(T0, T0, w32=True), stx(8, R10, -64, T0))
+        fc.emit(call_helper(HELPER_GET_PRANDOM_U32), mov(T0, T0, w32=True), stx(8, R10, BPF_TEMP2, T0))
 
     _helper_call(fc, below, emit_call)
     slot = fc.push(Slot(ValType.I32))
     dst = fc.dst(slot)
-    fc.emit(ldx(8, dst, R10, -64))
+    fc.emit(ldx(8, dst, R10, BPF_TEMP2))
     fc.finish(slot, dst, ValType.I32)
 
 

@@ -17,15 +17,15 @@ from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import Instr, MemArg, Op, ValType
 
 from . import abi
+from .abi import BPF_MEM_BYTES, BPF_RUNTIME, BPF_TEMP, BPF_TEMP2
 from .ops import imm_of
-from .values import BPF_MEM_BYTES, BPF_RUNTIME, CALLER_SAVED, FRAME, T0, T1, Const, Slot, fits_imm32
+from .values import CALLER_SAVED, FRAME, T0, T1, Const, Slot, fits_imm32
 from .values import FP as R10
 
 if TYPE_CHECKING:
     from .function import FunctionCompiler
 
 I32, I64, F32, F64 = ValType.I32, ValType.I64, ValType.F32, ValType.F64
-ARENA_MAP = "capsule_window"
 
 # op -> (bytes, signed, result type)
 _LOADS = {
@@ -127,12 +127,12 @@ def store(fc: FunctionCompiler, memarg: MemArg, size: int) -> None:
             imm -= 1 << 32
     ra = fc.read(as_, a, T0)
     if ra == T0:  # keep T0 free for the pointer
-        fc.emit(stx(8, R10, -56, T0))
+        fc.emit(stx(8, R10, BPF_TEMP, T0))
     rv = None
     if imm is None and isinstance(v, Slot) and fc.home(vs) is not None:
         rv = fc.home(vs)
     if ra == T0:
-        fc.emit(ldx(8, T1, R10, -56))
+        fc.emit(ldx(8, T1, R10, BPF_TEMP))
         ra = T1
         if fc.opt.checked:  # T1 is needed for the limit: park the address in the value's spill slot
             fc.emit(stx(8, FRAME, fc.spill_off(as_), T1))
@@ -168,14 +168,14 @@ def grow(fc: FunctionCompiler) -> None:
     fc.push(e)
     # the registers of the slots below are saved around the kfunc call: constants must be in them first
     fc.materialize_all_below(slot)
-    dst = fc.dst(slot)  # T0 when the slot lives in the frame: the computation below keeps to T0/T1 and -56/-64
+    dst = fc.dst(slot)  # T0 when the slot lives in the frame: the code below keeps to T0/T1 and BPF_TEMP/BPF_TEMP2
     fc.read_into(T0, slot, e)
     fail = fc.code.fresh(f"f{fc.index}.growfail")
     done = fc.code.fresh(f"f{fc.index}.growdone")
     live = frozenset(r for r in fc.stack_regs[:slot] if r in CALLER_SAVED)
-    # new pages = old + n (64-bit: no wrap-around), at -56
+    # new pages = old + n (64-bit: no wrap-around), at BPF_TEMP
     fc.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_PAGES), alu(Alu.ADD, T0, T1),
-            stx(8, R10, -56, T0), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_MAX_PAGES),
+            stx(8, R10, BPF_TEMP, T0), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_MAX_PAGES),
             jmp(Jmp.JGT, T0, T1, fail))
     # bytes = new pages << 16; allocate [committed, bytes) if needed
     fc.emit(alu(Alu.LSH, T0, 16), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_COMMITTED))
@@ -185,21 +185,21 @@ def grow(fc: FunctionCompiler) -> None:
     # the region spills and reloads its caller-saved stack registers around the kfunc call
     from capsule.bpf.asm import R1, R2, R3, R4, R5
 
-    fc.emit(stx(8, R10, -64, T0))  # new committed size
-    fc.emit(ld_map_fd(R1, ARENA_MAP), ldx(8, R2, R10, BPF_RUNTIME), ldx(8, R2, R2, abi.CTRL_USER_BASE),
+    fc.emit(stx(8, R10, BPF_TEMP2, T0))  # new committed size
+    fc.emit(ld_map_fd(R1, abi.WINDOW_MAP), ldx(8, R2, R10, BPF_RUNTIME), ldx(8, R2, R2, abi.CTRL_USER_BASE),
             alu(Alu.ADD, R2, T1), mov(R3, T0), alu(Alu.SUB, R3, T1), alu(Alu.RSH, R3, 12),
             mov(R4, -1, w32=True), mov(R5, 0), call_kfunc("bpf_arena_alloc_pages"))
     fc.reload_regs(slot + 1, only=live)
     ok = fc.code.fresh(f"f{fc.index}.growok")
     fc.emit(jmp(Jmp.JNE, T0, 0, ok), ja(fail))
     fc.code.label(ok)
-    fc.emit(ldx(8, T0, R10, -64), ldx(8, T1, R10, BPF_RUNTIME), stx(8, T1, abi.CTRL_COMMITTED, T0))
+    fc.emit(ldx(8, T0, R10, BPF_TEMP2), ldx(8, T1, R10, BPF_RUNTIME), stx(8, T1, abi.CTRL_COMMITTED, T0))
     fc.code.label(have)
     # commit the new size; the result is the old size
-    fc.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T0, T1, abi.CTRL_MEM_PAGES), stx(8, R10, -64, T0))
-    fc.emit(ldx(8, T0, R10, -56), stx(8, T1, abi.CTRL_MEM_PAGES, T0),
+    fc.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T0, T1, abi.CTRL_MEM_PAGES), stx(8, R10, BPF_TEMP2, T0))
+    fc.emit(ldx(8, T0, R10, BPF_TEMP), stx(8, T1, abi.CTRL_MEM_PAGES, T0),
             alu(Alu.LSH, T0, 16), stx(8, T1, abi.CTRL_MEM_BYTES, T0), stx(8, R10, BPF_MEM_BYTES, T0),
-            ldx(8, dst, R10, -64), ja(done))
+            ldx(8, dst, R10, BPF_TEMP2), ja(done))
     fc.code.label(fail)
     fc.emit(mov(dst, 0xFFFF_FFFF, w32=True))
     fc.code.label(done)
@@ -272,18 +272,18 @@ def _bulk_step(fc, fill, width, d_s, s_s, n_s, reg, put, backward):  # type: ign
         rv = reg(s_s, T1)
         if width == 8:  # replicate the byte
             fc.emit(mov(T1, rv), alu(Alu.AND, T1, 0xFF))
-            fc.emit(stx(8, R10, -56, T0), mov(T0, 0x0101_0101), alu(Alu.LSH, T0, 32), alu(Alu.OR, T0, 0x0101_0101),
-                    alu(Alu.MUL, T1, T0), ldx(8, T0, R10, -56))
+            fc.emit(stx(8, R10, BPF_TEMP, T0), mov(T0, 0x0101_0101), alu(Alu.LSH, T0, 32), alu(Alu.OR, T0, 0x0101_0101),
+                    alu(Alu.MUL, T1, T0), ldx(8, T0, R10, BPF_TEMP))
             fc.emit(stx(8, T0, 0, T1))
         else:
             fc.emit(stx(1, T0, 0, rv))
     else:
-        fc.emit(stx(8, R10, -56, T0))
+        fc.emit(stx(8, R10, BPF_TEMP, T0))
         rs = reg(s_s, T1)
         if backward:
             fc.emit(mov(T1, rs), alu(Alu.ADD, T1, reg(n_s, T0), w32=True), alu(Alu.SUB, T1, 1, w32=True))
             rs = T1
-        fc.emit(addr_space_cast(T1, rs, 0, 1), ldx(width, T1, T1, 0), ldx(8, T0, R10, -56), stx(width, T0, 0, T1))
+        fc.emit(addr_space_cast(T1, rs, 0, 1), ldx(width, T1, T1, 0), ldx(8, T0, R10, BPF_TEMP), stx(width, T0, 0, T1))
     # advance: n -= width; forward: d += width, s += width
     for k, delta in ((n_s, -width),) + (() if backward else ((d_s, width),) + (() if fill else ((s_s, width),))):
         r = fc.home(k)

@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 I32, I64 = ValType.I32, ValType.I64
 F32, F64 = ValType.F32, ValType.F64
 
-_BORROW_SLOT = -48
-
 _ALU = {
     Op.I32_ADD: (Alu.ADD, True), Op.I32_SUB: (Alu.SUB, True), Op.I32_MUL: (Alu.MUL, True),
     Op.I32_AND: (Alu.AND, True), Op.I32_OR: (Alu.OR, True), Op.I32_XOR: (Alu.XOR, True),
@@ -84,9 +82,9 @@ def borrow(fc: FunctionCompiler, avoid: set[int]):  # type: ignore[no-untyped-de
             yield r
             return
     r = next(x for x in STACK_REGS if x not in avoid)
-    fc.emit(stx(8, R10, _BORROW_SLOT, r))
+    fc.emit(stx(8, R10, abi.BPF_BORROW, r))
     yield r
-    fc.emit(ldx(8, r, R10, _BORROW_SLOT))
+    fc.emit(ldx(8, r, R10, abi.BPF_BORROW))
 
 
 def lower(fc: FunctionCompiler, i: int, ins: Instr) -> int | None:

@@ -23,11 +23,8 @@ from .dispatcher import BOUNDED_FUNCS, entry_program, leaf_name, phys_name, phys
 from .floats import LIB_PREFIX
 from .function import CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
 from .inline import inline_small_functions
-from .memory import ARENA_MAP
 from .options import Options
 
-META_SECTION = ".capsule.meta"
-DATA_SECTION = ".capsule.data"
 META_VERSION = 1
 BPF_MAP_TYPE_ARENA = 33
 BPF_F_MMAPABLE = 1 << 10
@@ -96,7 +93,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     main_proto = btf.add_func_proto(i32, [("ctx", btf.add_ptr(0))])
     phys_proto = btf.add_func_proto(u64, [("state", u64), ("fiber", u64)])
     slots = slot_offsets(insns)
-    func_infos = [FuncInfo(0, btf.add_func("capsule_run", main_proto))]
+    func_infos = [FuncInfo(0, btf.add_func(abi.ENTRY_PROGRAM, main_proto))]
     if not opt.may_goto:
         starts = [*BOUNDED_FUNCS, *starts]
     for name in starts:
@@ -110,15 +107,15 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
 
     meta, data = describe(module, opt, types, lowered, packing, info)
     meta["code_ranges"] = [[slots[i], f] for i, f in func_starts]
-    window = MapSpec(ARENA_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
-    prog = ProgramSpec("capsule_run", "syscall", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
+    window = MapSpec(abi.WINDOW_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
+    prog = ProgramSpec(abi.ENTRY_PROGRAM, "syscall", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
                        func_infos=func_infos)
     return ObjectSpec(
-        programs={"capsule_run": prog},
-        maps={ARENA_MAP: window},
+        programs={abi.ENTRY_PROGRAM: prog},
+        maps={abi.WINDOW_MAP: window},
         btf=btf,
         license="GPL",
-        extra_sections={META_SECTION: json.dumps(meta, separators=(",", ":")).encode(), DATA_SECTION: data},
+        extra_sections={abi.META_SECTION: json.dumps(meta, separators=(",", ":")).encode(), abi.DATA_SECTION: data},
     )
 
 
@@ -189,8 +186,9 @@ def leaf_stub(f: LoweredFunction) -> LoweredFunction:
     from capsule.bpf.asm import R0, R1, R2, alu, call, exit_, jmp, ldx
     from capsule.bpf.opcodes import Alu, Jmp
 
-    from .values import BPF_FIBER_SCALAR, BPF_FP_SCALAR, FRAME, T0, T1
+    from .abi import BPF_FIBER_SCALAR, BPF_FP_SCALAR
     from .values import FP as R10
+    from .values import FRAME, T0, T1
 
     code = Code()
     code.label(FunctionCompiler.region_label(f.regions[0]))
@@ -304,4 +302,4 @@ def describe(m: Module, opt: Options, types: dict[FuncType, int], lowered: list[
     return meta, bytes(data)
 
 
-__all__ = ["CompileError", "compile_module", "META_SECTION", "DATA_SECTION", "ValType"]
+__all__ = ["CompileError", "compile_module", "ValType"]

@@ -25,15 +25,6 @@ FRAME: Reg = R9  # the current function's frame (PTR_TO_ARENA)
 STACK_REGS: tuple[Reg, ...] = (R6, R7, R1, R2, R3, R4, R5)
 CALLER_SAVED = frozenset({R1, R2, R3, R4, R5})
 
-# the BPF stack of a physical function (scratch, never holds guest values)
-BPF_FP_SCALAR = -8  # the frame pointer as a guest address (u64 scalar)
-BPF_RUNTIME = -16  # PTR_TO_ARENA at abi.RT_BASE
-BPF_FIBER = -24  # PTR_TO_ARENA at the running fiber's state record
-BPF_MEM_BYTES = -32  # current memory size in bytes
-BPF_CALL_REGION = -40  # call_indirect: the callee's entry region while its frame is written
-BPF_TEMP = -56  # short-lived spills inside one instruction's lowering (also -48 and -64)
-BPF_FIBER_SCALAR = -80  # the fiber record's guest address (u64 scalar), for calls to leaf functions
-
 __all__ = ["FP"]
 
 

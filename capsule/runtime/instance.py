@@ -18,8 +18,7 @@ from pathlib import Path
 from capsule.bpf.elf import read_object
 from capsule.bpf.spec import ObjectSpec
 from capsule.compiler import abi
-from capsule.compiler.memory import ARENA_MAP
-from capsule.compiler.program import DATA_SECTION, META_SECTION, META_VERSION
+from capsule.compiler.program import META_VERSION
 from capsule.kernel.arena import Arena
 from capsule.kernel.collection import Collection
 from capsule.kernel.consts import LogLevel
@@ -46,13 +45,13 @@ class Instance:
     def __init__(self, program: ObjectSpec | str | Path, *, imports: dict[tuple[str, str], int] | None = None,
                  log_level: int = 0) -> None:
         spec = program if isinstance(program, ObjectSpec) else read_object(Path(program))
-        if META_SECTION not in spec.extra_sections:
+        if abi.META_SECTION not in spec.extra_sections:
             raise CallError("not a capsule-compiled object (no .capsule.meta section); build it with capsule build")
-        self.meta = json.loads(spec.extra_sections[META_SECTION])
+        self.meta = json.loads(spec.extra_sections[abi.META_SECTION])
         if self.meta.get("version") != META_VERSION:
             raise CallError(f"object built for metadata version {self.meta.get('version')}, this capsule reads "
                             f"{META_VERSION}: rebuild it")
-        self.data = spec.extra_sections.get(DATA_SECTION, b"")
+        self.data = spec.extra_sections.get(abi.DATA_SECTION, b"")
         opts = self.meta["options"]
         self.fibers: int = opts["fibers"]
         self.stack_size: int = opts["stack_size"]
@@ -66,8 +65,8 @@ class Instance:
         except VerifierError as e:
             raise GuestRejected(self._guest_at(e.insn_index), e) from e
         self.load_seconds = time.perf_counter() - t0
-        self.prog = self.coll.programs["capsule_run"]
-        arena = self.coll.maps[ARENA_MAP]
+        self.prog = self.coll.programs[abi.ENTRY_PROGRAM]
+        arena = self.coll.maps[abi.WINDOW_MAP]
         assert isinstance(arena, Arena)
         self.arena = arena
         self.mem = arena.memory
