@@ -8,7 +8,6 @@ its index inside its physical function, shifted left by 8, or'ed with the physic
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
@@ -17,7 +16,7 @@ from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, ValType
 
-from . import abi
+from . import abi, meta
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
@@ -25,7 +24,6 @@ from .function import CompileError, FunctionCompiler, LoweredFunction, ModuleInf
 from .inline import inline_small_functions
 from .options import Options
 
-META_VERSION = 1
 BPF_MAP_TYPE_ARENA = 33
 BPF_F_MMAPABLE = 1 << 10
 BPF_PROG_TYPE_SYSCALL = 31
@@ -105,8 +103,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
             type_id = btf.add_func(name, phys_proto)
         func_infos.append(FuncInfo(slots[total.labels[name]], type_id))
 
-    meta, data = describe(module, opt, types, lowered, packing, info)
-    meta["code_ranges"] = [[slots[i], f] for i, f in func_starts]
+    description, data = describe(module, opt, types, lowered, packing, info,
+                                 [(slots[i], f) for i, f in func_starts])
     window = MapSpec(abi.WINDOW_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
     prog = ProgramSpec(abi.ENTRY_PROGRAM, "syscall", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
                        func_infos=func_infos)
@@ -115,7 +113,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         maps={abi.WINDOW_MAP: window},
         btf=btf,
         license="GPL",
-        extra_sections={abi.META_SECTION: json.dumps(meta, separators=(",", ":")).encode(), abi.DATA_SECTION: data},
+        extra_sections={abi.META_SECTION: description.to_json(), abi.DATA_SECTION: data},
     )
 
 
@@ -219,87 +217,79 @@ def pack(lowered: list[LoweredFunction], opt: Options, max_phys: int = abi.MAX_P
     return packing
 
 
-def _const_expr(expr: list[Instr]) -> list:
-    """A constant expression as JSON: a list of [op, imm] evaluated by the host (``runtime.instance``)."""
+def _const_expr(expr: list[Instr]) -> meta.ConstExpr:
+    """A constant expression as the host evaluates it: (op, imm) pairs up to the ``end``."""
     out = []
     for ins in expr:
         if ins.op == Op.END:
             break
-        out.append([int(ins.op), ins.imm if isinstance(ins.imm, int) else None])
-    return out
+        out.append((int(ins.op), ins.imm if isinstance(ins.imm, int) else None))
+    return tuple(out)
 
 
 def describe(m: Module, opt: Options, types: dict[FuncType, int], lowered: list[LoweredFunction],
-             packing: Packing, info: ModuleInfo) -> tuple[dict, bytes]:
+             packing: Packing, info: ModuleInfo, code_ranges: list[tuple[int, int]]) -> tuple[meta.Meta, bytes]:
     """The metadata the host needs to instantiate and call the compiled module, and the data segment bytes."""
     entry = {f.index: packing.region_ids[f.regions[0]] for f in lowered}
-    type_list = [None] * len(types)
+    signatures = [meta.Signature((), ())] * len(types)
     for t, i in types.items():
-        type_list[i] = [[str(v) for v in t.params], [str(v) for v in t.results]]
-    imports = [x for x in m.imports]
-    funcs = []
-    for idx in range(m.num_imported_funcs + len(m.funcs)):
-        funcs.append({"name": m.func_name(idx) or f"func{idx}", "type": types[m.func_type(idx)],
-                      "entry": entry.get(idx)})
+        signatures[i] = meta.Signature(t.params, t.results)
+    funcs = [meta.Function(m.func_name(idx) or f"func{idx}", types[m.func_type(idx)], entry.get(idx))
+             for idx in range(m.num_imported_funcs + len(m.funcs))]
     globals_ = []
-    gimports = [x for x in imports if x.kind == ExternKind.GLOBAL]
+    gimports = [x for x in m.imports if x.kind == ExternKind.GLOBAL]
     for g, gt in enumerate(m.all_globals()):
-        item: dict = {"type": str(gt.type), "mutable": gt.mutable}
         if g < len(gimports):
-            item["import"] = [gimports[g].module, gimports[g].name]
+            globals_.append(meta.Global(gt.type, gt.mutable, imported=(gimports[g].module, gimports[g].name)))
         else:
-            item["init"] = _const_expr(m.globals[g - len(gimports)].init)
-        globals_.append(item)
+            globals_.append(meta.Global(gt.type, gt.mutable, init=_const_expr(m.globals[g - len(gimports)].init)))
     data = bytearray()
     segments = []
     for seg in m.datas:
-        if seg.mode != SegmentMode.ACTIVE:
-            segments.append({"passive": True, "at": len(data), "size": len(seg.init)})
-        else:
-            segments.append({"offset": _const_expr(seg.offset_expr or []), "at": len(data), "size": len(seg.init)})
+        offset = None if seg.mode != SegmentMode.ACTIVE else _const_expr(seg.offset_expr or [])
+        segments.append(meta.DataSegment(len(data), len(seg.init), offset))
         data += seg.init
     elems = []
     for el in m.elems:
         if el.mode != SegmentMode.ACTIVE:
-            elems.append({"passive": True})
+            elems.append(meta.ElemSegment(None))
             continue
-        items = []
+        items: list[int | meta.ConstExpr] = []
         for expr in el.items:
             first = expr[0]
             if first.op == Op.REF_FUNC:
-                items.append(first.imm + 1)  # type: ignore[operator]
+                assert isinstance(first.imm, int)
+                items.append(first.imm + 1)
             elif first.op == Op.REF_NULL:
                 items.append(0)
             else:
                 items.append(_const_expr(expr))
-        elems.append({"table": el.table, "offset": _const_expr(el.offset_expr or []), "items": items})
+        elems.append(meta.ElemSegment(_const_expr(el.offset_expr or []), el.table, tuple(items)))
     mems = m.all_memories()
     memory = None
     if mems:
         lim = mems[0].limits
-        memory = {"initial": lim.min, "max": min(lim.max if lim.max is not None else abi.MAX_MEMORY_PAGES,
-                                                 abi.MAX_MEMORY_PAGES)}
-    regions = {str(rid): key.func for key, rid in packing.region_ids.items()}
-    meta = {
-        "version": META_VERSION,
-        "options": {"checked": opt.checked, "may_goto": opt.may_goto, "fibers": opt.fibers,
-                    "stack_size": opt.stack_size},
-        "types": type_list,
-        "funcs": funcs,
-        "imported_funcs": m.num_imported_funcs,
-        "imports": [[x.module, x.name, int(x.kind)] for x in imports],
-        "globals": globals_,
-        "stack_pointer_global": info.stack_pointer_global,
-        "memory": memory,
-        "tables": [{"initial": t.limits.min, "max": t.limits.max} for t in m.all_tables()],
-        "data": segments,
-        "elems": elems,
-        "exports": [{"name": e.name, "kind": int(e.kind), "index": e.index} for e in m.exports],
-        "start": m.start,
-        "regions": regions,
-        "frame_sizes": {str(f.index): f.frame.size for f in lowered if f.frame is not None},
-    }
-    return meta, bytes(data)
+        memory = meta.Memory(lim.min, min(lim.max if lim.max is not None else abi.MAX_MEMORY_PAGES,
+                                          abi.MAX_MEMORY_PAGES))
+    description = meta.Meta(
+        options=meta.BuildOptions(opt.checked, opt.may_goto, opt.fibers, opt.stack_size),
+        types=tuple(signatures),
+        funcs=tuple(funcs),
+        imported_funcs=m.num_imported_funcs,
+        imports=tuple(meta.Import(x.module, x.name, x.kind) for x in m.imports),
+        globals=tuple(globals_),
+        stack_pointer_global=info.stack_pointer_global,
+        memory=memory,
+        tables=tuple(meta.Table(t.limits.min, t.limits.max) for t in m.all_tables()),
+        data=tuple(segments),
+        elems=tuple(elems),
+        exports=tuple(meta.Export(e.name, e.kind, e.index) for e in m.exports),
+        start=m.start,
+        regions={rid: key.func for key, rid in packing.region_ids.items()},
+        frame_sizes={f.index: f.frame.size for f in lowered if f.frame is not None},
+        code_ranges=tuple(code_ranges),
+    )
+    return description, bytes(data)
 
 
 __all__ = ["CompileError", "compile_module", "ValType"]
