@@ -12,6 +12,7 @@ returns to the host, a trap, or the budget (``ctx.budget`` transitions, or ``may
 
 from __future__ import annotations
 
+from capsule.bpf.asm import FP as R10
 from capsule.bpf.asm import (
     R0,
     R1,
@@ -21,6 +22,7 @@ from capsule.bpf.asm import (
     R7,
     R8,
     R9,
+    Reg,
     addr_space_cast,
     alu,
     call,
@@ -40,8 +42,8 @@ from capsule.bpf.opcodes import Alu, Jmp
 from . import abi
 from .abi import BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME
 from .code import Code
-from .values import FP as R10
-from .values import FRAME, T0, Reg
+from .emit import T0
+from .values import FRAME
 
 
 def phys_name(p: int) -> str:
@@ -80,7 +82,7 @@ def frame_setup(fp: Reg, fiber: Reg) -> list[Insn]:
     return [*fp_setup(fp), *fiber_setup(fiber)]
 
 
-def _tree(code: Code, reg, labels: list[str], lo: int, hi: int, stem: str) -> None:  # type: ignore[no-untyped-def]
+def _tree(code: Code, reg: Reg, labels: list[str], lo: int, hi: int, stem: str) -> None:
     """Balanced compare tree on ``reg`` in [lo, hi) jumping to ``labels[k]``; out-of-range values go to the last."""
     if hi - lo <= 2:
         if hi - lo == 2:

@@ -9,20 +9,23 @@ its index inside its physical function, shifted left by 8, or'ed with the physic
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
-from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, ValType
+from capsule.guest.softfloat import add_to_btf, library
+from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError
 
 from . import abi, meta
+from .calls import leaf_stub
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
-from .function import CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
+from .function import compile_function
 from .inline import inline_small_functions
 from .options import Options
+from .state import LoweredFunction, ModuleInfo
 
 BPF_MAP_TYPE_ARENA = 33
 BPF_F_MMAPABLE = 1 << 10
@@ -55,8 +58,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         inlined=inlined,
     )
     info.leaves = choose_leaves(module)
-    lowered = [FunctionCompiler(info, module.num_imported_funcs + k, leaf=module.num_imported_funcs + k in info.leaves)
-               .compile() for k in range(len(module.funcs))]
+    defined = range(module.num_imported_funcs, module.num_imported_funcs + len(module.funcs))
+    lowered = [compile_function(info, index, leaf=index in info.leaves) for index in defined]
     leaf_code = [f for f in lowered if f.index in info.leaves]
     # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it
     regional = [leaf_stub(f) if f.index in info.leaves else f for f in lowered]
@@ -69,7 +72,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     func_starts: list[tuple[int, int]] = []  # (instruction index, wasm function), for verifier diagnostics
     for p, funcs in enumerate(packing.phys):
         pc = Code()
-        labels = [FunctionCompiler.region_label(k) for f in funcs for k in f.regions]
+        labels = [k.label for f in funcs for k in f.regions]
         phys_prologue(pc, p, labels)
         for f in funcs:
             func_starts.append((len(total) + len(pc), f.index))
@@ -79,8 +82,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         func_starts.append((len(total), f.index))
         starts.append(leaf_name(f.index))
         total.append(f.code)
-    library = _library_functions(info.library_used)
-    for name, code in library.items():
+    for name, code in _library_functions(info.library_used).items():
         starts.append(LIB_PREFIX + name)
         total.append(code)
     insns = total.assemble(packing.region_ids)
@@ -96,8 +98,6 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         starts = [*BOUNDED_FUNCS, *starts]
     for name in starts:
         if name.startswith(LIB_PREFIX):
-            from capsule.guest.softfloat import add_to_btf, library
-
             type_id = add_to_btf(btf, library()[name.removeprefix(LIB_PREFIX)])
         else:
             type_id = btf.add_func(name, phys_proto)
@@ -121,16 +121,12 @@ def _library_functions(names: set[str]) -> dict[str, Code]:
     """The soft-float functions the code calls, each a global function of its own (verified once)."""
     if not names:
         return {}
-    from dataclasses import replace as copy
-
-    from capsule.guest.softfloat import library
-
     lib = library()
     out = {}
     for name in sorted(names):
         code = Code()
         code.label(LIB_PREFIX + name)
-        code.emit(*(copy(i) for i in lib[name].insns))
+        code.emit(*(replace(i) for i in lib[name].insns))
         out[name] = code
     return out
 
@@ -172,29 +168,12 @@ def choose_leaves(m: Module) -> frozenset[int]:
     for f in m.funcs:
         for ins in f.body:
             if ins.op == Op.CALL:
-                calls[ins.imm] = calls.get(ins.imm, 0) + 1  # type: ignore[index]
+                assert isinstance(ins.imm, int)
+                calls[ins.imm] = calls.get(ins.imm, 0) + 1
     n = m.num_imported_funcs
     cands = [n + k for k, f in enumerate(m.funcs) if not any(ins.op in _NOT_LEAF for ins in f.body)]
     cands.sort(key=lambda i: -calls.get(i, 0))
     return frozenset(cands[:MAX_LEAVES])
-
-
-def leaf_stub(f: LoweredFunction) -> LoweredFunction:
-    """The entry region of a leaf: call it, then return to our caller like any function (or pass on a trap)."""
-    from capsule.bpf.asm import R0, R1, R2, alu, call, exit_, jmp, ldx
-    from capsule.bpf.opcodes import Alu, Jmp
-
-    from .abi import BPF_FIBER_SCALAR, BPF_FP_SCALAR
-    from .values import FP as R10
-    from .values import FRAME, T0, T1
-
-    code = Code()
-    code.label(FunctionCompiler.region_label(f.regions[0]))
-    code.emit(ldx(8, R1, R10, BPF_FP_SCALAR), ldx(8, R2, R10, BPF_FIBER_SCALAR), call(leaf_name(f.index)),
-              jmp(Jmp.JEQ, R0, 0, 1), exit_(),
-              ldx(4, T1, FRAME, abi.FRAME_CALLER), alu(Alu.LSH, T1, 32), ldx(4, T0, FRAME, abi.FRAME_RETURN),
-              alu(Alu.OR, T0, T1), exit_())
-    return LoweredFunction(f.index, code, f.regions[:1], f.frame)
 
 
 def pack(lowered: list[LoweredFunction], opt: Options, max_phys: int = abi.MAX_PHYS) -> Packing:
@@ -292,4 +271,4 @@ def describe(m: Module, opt: Options, types: dict[FuncType, int], lowered: list[
     return description, bytes(data)
 
 
-__all__ = ["CompileError", "compile_module", "ValType"]
+__all__ = ["compile_module"]
