@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
+from capsule.bpf.uapi import ProgType
 from capsule.guest.softfloat import add_to_btf, library
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError
 
@@ -29,8 +30,6 @@ from .state import LoweredFunction, ModuleInfo
 
 BPF_MAP_TYPE_ARENA = 33
 BPF_F_MMAPABLE = 1 << 10
-BPF_PROG_TYPE_SYSCALL = 31
-BPF_F_SLEEPABLE = 1 << 4
 
 
 @dataclass
@@ -106,8 +105,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     description, data = describe(module, opt, types, lowered, packing, info,
                                  [(slots[i], f) for i, f in func_starts])
     window = MapSpec(abi.WINDOW_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
-    prog = ProgramSpec(abi.ENTRY_PROGRAM, "syscall", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
-                       func_infos=func_infos)
+    prog = ProgramSpec(abi.ENTRY_PROGRAM, "xdp", ProgType.XDP, insns, func_infos=func_infos)
     return ObjectSpec(
         programs={abi.ENTRY_PROGRAM: prog},
         maps={abi.WINDOW_MAP: window},

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from capsule.bpf.asm import FP, Reg, alu, exit_, ja, ldx, mov
+from capsule.bpf.asm import FP, Reg, alu, exit_, ja, ldx, mov, stx
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu
 from capsule.wasm import BlockType, FuncType, Instr, Module, UnsupportedError, ValType
 
 from . import abi
-from .abi import BPF_FP_SCALAR
+from .abi import BPF_FIBER, BPF_FP_SCALAR
 from .code import Code, RegionKey
 from .emit import T0, T1
 from .options import Options
@@ -153,6 +153,15 @@ class FunctionState:
         else:
             assert special is not None
             self.emit(mov(T1, special, w32=True), alu(Alu.OR, T0, T1), exit_())
+
+    def leave_for(self, resume: RegionKey, special: int) -> None:
+        """Leave with outcome ``special`` (a yield, a grow) for the host to serve; the fiber then continues at
+        ``resume`` (kept in the fiber record, which the dispatcher restores as the fiber's state)."""
+        self.emit(ldx(8, T0, FP, BPF_FP_SCALAR), alu(Alu.LSH, T0, 32))
+        ins = mov(T1, 0, w32=True)
+        self.code.region_ref(ins, resume)
+        self.emit(ins, alu(Alu.OR, T0, T1), ldx(8, T1, FP, BPF_FIBER), stx(8, T1, abi.FIBER_RESUME, T0))
+        self.leave_with_state(False, special=special)
 
     def next_region(self) -> None:
         """Continue at the state in T0, through the dispatcher.

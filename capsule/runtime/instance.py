@@ -110,9 +110,7 @@ class Instance:
 
     def commit(self, start: int, end: int) -> None:
         """Back [start, end) with arena pages (a BPF access to a missing page reads 0 and loses stores)."""
-        page = abi.PAGE
-        for a in range(start - start % page, end, page):
-            self.mem[a] = self.mem[a]  # the first touch from user space allocates the page
+        self.arena.populate(start, end)
 
     @property
     def memory_size(self) -> int:
@@ -137,7 +135,6 @@ class Instance:
         self.set_u64(ctrl + abi.CTRL_MEM_BYTES, total * abi.WASM_PAGE)
         self.set_u64(ctrl + abi.CTRL_MEM_MAX_PAGES, max(max_pages, total))
         self.set_u64(ctrl + abi.CTRL_COMMITTED, total * abi.WASM_PAGE)
-        self.set_u64(ctrl + abi.CTRL_USER_BASE, self.arena.user_vm_start)
         self.set_u64(ctrl + abi.CTRL_REALTIME_OFFSET, time.time_ns() - time.clock_gettime_ns(time.CLOCK_BOOTTIME))
         # globals
         gvals: list[int] = []
@@ -318,14 +315,32 @@ class Instance:
         self.set_u64(rec + abi.FIBER_GENERATION, (self.u64(rec + abi.FIBER_GENERATION) + 1) & MASK32 or 1)
         self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
 
-    def _run(self, fiber: int, gen: int, budget: int) -> list[int] | Pending:
+    def _invoke(self, fiber: int, gen: int, budget: int) -> tuple[int, int]:
+        """One run of the entry program on ``fiber``: (status, detail)."""
         ctx = struct.pack("<IIQQQQ", fiber, gen, budget, 0, 0, 0)
         t0 = time.perf_counter_ns()
-        res = self.prog.test_run(ctx_in=ctx)
+        res = self.prog.test_run(data_in=ctx)
         self.stats.wall_ns += time.perf_counter_ns() - t0
-        _, _, _, status, detail, transitions = struct.unpack("<IIQQQQ", res.ctx_out[: abi.CTX_SIZE])
+        _, _, _, status, detail, transitions = struct.unpack("<IIQQQQ", res.data_out[: abi.CTX_SIZE])
         self.stats.invocations += 1
         self.stats.transitions += transitions
+        return status, detail
+
+    def _grow(self, needed: int) -> None:
+        """Serve status GROW: back linear memory up to ``needed`` bytes (the guest's memory.grow then retries;
+        anything the host cannot or will not back makes that grow fail, as past the maximum)."""
+        ctrl = abi.CTRL
+        committed = self.u64(ctrl + abi.CTRL_COMMITTED)
+        limit = self.u64(ctrl + abi.CTRL_MEM_MAX_PAGES) * abi.WASM_PAGE
+        if committed < needed <= min(limit, abi.RT_BASE):
+            self.commit(committed, needed)
+            self.set_u64(ctrl + abi.CTRL_COMMITTED, needed)
+
+    def _run(self, fiber: int, gen: int, budget: int) -> list[int] | Pending:
+        status, detail = self._invoke(fiber, gen, budget)
+        while status == abi.Status.GROW:
+            self._grow(detail)
+            status, detail = self._invoke(fiber, gen, budget)
         if status == abi.Status.PENDING:
             return Pending((fiber << 32) | gen)
         if status == abi.Status.YIELD:
