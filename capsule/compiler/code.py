@@ -60,6 +60,17 @@ class Code:
         self.insns.extend(other.insns)
         self.region_fixups.extend(other.region_fixups)
 
+    def delete(self, label: str, count: int) -> None:
+        """Remove the ``count`` instructions at ``label`` (and the label): code found unreachable once every
+        function is lowered, which the verifier would refuse."""
+        at = self.labels.pop(label)
+        for name in [n for n, i in self.labels.items() if at < i < at + count]:  # labels inside go too
+            del self.labels[name]
+        del self.insns[at : at + count]
+        for name, i in self.labels.items():
+            if i >= at + count:
+                self.labels[name] = i - count
+
     def __len__(self) -> int:
         return len(self.insns)
 

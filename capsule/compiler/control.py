@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from capsule.bpf.asm import FP, alu, exit_, ja, jmp, ldx, may_goto, mov, st, stx
-from capsule.bpf.opcodes import Alu, Jmp
+from capsule.bpf.asm import FP, exit_, ja, jmp, ldx, may_goto, mov, st, stx
+from capsule.bpf.opcodes import Jmp
 from capsule.wasm import BlockType, BrTable, Instr, Op
 
 from . import abi
 from .abi import BPF_FIBER
+from .calls import leave_return
 from .code import Code, RegionKey
 from .emit import T0, T1, immediate
 from .state import Ctl, FunctionState, Lowering
@@ -252,13 +253,7 @@ def do_return(fs: FunctionState) -> None:
     if fs.leaf:  # back to the BPF caller: 0 means returned (anything else is a trap state)
         fs.emit(mov(T0, 0), exit_())
         return
-    fs.emit(
-        ldx(4, T1, FRAME, abi.FRAME_CALLER),
-        alu(Alu.LSH, T1, 32),
-        ldx(4, T0, FRAME, abi.FRAME_RETURN),
-        alu(Alu.OR, T0, T1),
-    )
-    fs.next_region()
+    leave_return(fs)
 
 
 def unreachable(fs: FunctionState, ins: Instr) -> None:

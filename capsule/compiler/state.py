@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from capsule.bpf.asm import FP, Reg, alu, exit_, ja, ldx, mov, stx
 from capsule.bpf.insn import Insn
@@ -26,6 +26,9 @@ from .emit import T0, T1
 from .options import Options
 from .stack import OperandStack
 from .values import FrameLayout, register_plan
+
+if TYPE_CHECKING:
+    from .packing import Plan
 
 
 class CompileError(UnsupportedError):
@@ -46,6 +49,17 @@ class ModuleInfo:
     library_used: set[str] = field(default_factory=set)  # soft-float functions the code calls
     # function -> (first, end, callee): body ranges that are an inlined callee's body (for backtraces)
     inlined: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    # which physical function each function goes into (``packing``), decided before lowering
+    plan: Plan | None = None
+    # functions some caller in their physical function calls directly (their entry is built for it), and
+    # those of them that return straight to such callers (``calls.leave_return``)
+    direct_callees: frozenset[int] = frozenset()
+    direct_returners: frozenset[int] = frozenset()
+
+    def direct(self, caller: int, callee: int) -> bool:
+        """A call from ``caller`` to ``callee`` is a jump within one physical function (which needs may_goto
+        to bound the chain of such jumps)."""
+        return self.options.may_goto and self.plan is not None and self.plan.direct(caller, callee)
 
 
 @dataclass
@@ -54,6 +68,8 @@ class LoweredFunction:
     code: Code
     regions: list[RegionKey] = field(default_factory=list)
     frame: FrameLayout | None = None
+    # (callee, continuation) of every direct call: where the callee's returns may jump straight back to
+    direct_calls: list[tuple[int, RegionKey]] = field(default_factory=list)
 
 
 @dataclass
@@ -99,6 +115,7 @@ class FunctionState:
         self.frame_fixups: list[tuple[Insn, Literal["imm", "off"], int]] = []
         self.trap_labels: dict[tuple[abi.Trap, int | None], str] = {}
         self.pending_stubs: list[tuple[str, Code]] = []  # out-of-line code placed after the body
+        self.direct_calls: list[tuple[int, RegionKey]] = []
         self.pos = 0  # index of the instruction being lowered (for errors, and for fusing with the next one)
         # the hottest locals live in callee-saved registers inside a region; the operand stack takes the rest
         local_regs, stack_regs = register_plan(func)
