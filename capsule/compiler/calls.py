@@ -14,9 +14,9 @@ from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import ExternKind, FuncType, Instr, Op, ValType
 
 from . import abi, intrinsics
-from .abi import BPF_CALL_REGION, BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_RUNTIME
+from .abi import BPF_CALL_REGION, BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME
 from .code import Code, RegionKey
-from .dispatcher import leaf_name
+from .dispatcher import leaf_name, phys_name
 from .emit import T0, T1, immediate
 from .state import FunctionState, LoweredFunction, Lowering
 from .values import CALLER_SAVED, FRAME, Entry, Slot
@@ -136,6 +136,8 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     # state = (fp + frame size) << 32 | callee entry
     fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), fs.frame_relative(alu(Alu.ADD, T0, 0), "imm"))
     direct = callee is not None and fs.info.direct(fs.index, callee.func)
+    if callee is not None and not direct and fs.info.nested(fs.index, callee.func):
+        nested_call(fs, callee, cont)
     if direct:
         assert callee is not None
         # the callee is in this physical function: enter it here, its frame set up as the prologue would
@@ -179,6 +181,35 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
 
 
 DIRECT_ENTRY_INSNS = 6
+
+
+def nested_call(fs: FunctionState, callee: RegionKey, cont: RegionKey) -> None:
+    """Run the callee's physical function as a BPF function, with the callee's entry as its state (T0 holds
+    the callee's frame pointer): it returns the next state, which is our continuation when the callee has
+    returned without suspending; then we go on there without the dispatcher. Any other state (the callee
+    called through the software stack, suspended, trapped) is the fiber's next, and we leave with it: our
+    stack is saved and the continuation waits in the callee's frame, as for any call. Charged to the budget
+    like a trip through the dispatcher; when it is used up the call goes through the dispatcher."""
+    assert fs.info.plan is not None
+    through = fs.fresh("ncall")
+    fs.emit(mov(T1, T0), ldx(8, R1, FP, BPF_FIBER), ldx(8, R2, R1, abi.FIBER_RUN_BUDGET),
+            jmp(Jmp.JEQ, R2, 0, through), alu(Alu.SUB, R2, 1), stx(8, R1, abi.FIBER_RUN_BUDGET, R2),
+            mov(R1, T1), alu(Alu.LSH, R1, 32))
+    ins = mov(R2, 0, w32=True)
+    fs.code.region_ref(ins, callee)
+    fs.emit(ins, alu(Alu.OR, R1, R2), ldx(8, R2, FP, BPF_FIBER_SCALAR),
+            call(phys_name(fs.info.plan.phys_of[callee.func])))
+    # back: r0 is the next state; ours is (fp << 32 | continuation)
+    fs.emit(ldx(8, T1, FP, BPF_FP_SCALAR), alu(Alu.LSH, T1, 32))
+    ins = mov(R1, 0, w32=True)
+    fs.code.region_ref(ins, cont)
+    fs.emit(ins, alu(Alu.OR, T1, R1), jmp(Jmp.JNE, T0, T1, _propagate_label(fs)))
+    # the callee may have grown memory (within the committed pages): our copy of the size follows. The
+    # may_goto makes the verifier keep its state here, so that the rest of the caller is walked once
+    # whichever path led to the call; when it fires, the continuation is left to the dispatcher (T0 = its state)
+    fs.emit(ldx(8, T1, FP, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_BYTES), stx(8, FP, BPF_MEM_BYTES, T1),
+            may_goto(_propagate_label(fs)), ja(cont.label))
+    fs.code.label(through)
 
 
 def direct_entry(cont: RegionKey) -> str:

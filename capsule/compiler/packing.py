@@ -30,11 +30,21 @@ LEAF_STUB_SIZE = 12  # a leaf's entry region in a physical function: a call and 
 
 @dataclass(frozen=True)
 class Plan:
-    """Function index -> physical function, for every defined function (leaves: their entry stub)."""
+    """Function index -> physical function, for every defined function (leaves: their entry stub), and the
+    pairs (p, q) of physical functions where p may call q as a BPF function (``nested``)."""
 
     phys_of: dict[int, int]
     nphys: int
     leaves: frozenset[int]
+    calls: frozenset[tuple[int, int]] = frozenset()
+
+    def nested(self, caller: int, callee: int) -> bool:
+        """Whether a call from ``caller`` may call the callee's physical function as a BPF function, which runs
+        the callee and, unless it suspends, returns straight to the caller (``calls``)."""
+        if callee in self.leaves:
+            return False
+        p, q = self.phys_of.get(caller), self.phys_of.get(callee)
+        return p is not None and q is not None and (p, q) in self.calls
 
     def direct(self, caller: int, callee: int) -> bool:
         """Whether a call from ``caller`` to ``callee`` can jump straight to the callee's entry: both in one
@@ -84,7 +94,7 @@ def call_weights(m: Module) -> dict[tuple[int, int], int]:
     return out
 
 
-def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int) -> Plan:
+def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest: int = 0) -> Plan:
     n = m.num_imported_funcs
     funcs = list(range(n, n + len(m.funcs)))
     size = {f: estimate(m, f, leaves) for f in funcs}
@@ -119,7 +129,58 @@ def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int) -> Plan:
         fill[p] += weight[r]
     used = sorted(set(phys_of.values()))  # renumber so that no physical function is empty
     renumber = {p: i for i, p in enumerate(used)}
-    return Plan({f: renumber[p] for f, p in phys_of.items()}, len(used), leaves)
+    phys_of = {f: renumber[p] for f, p in phys_of.items()}
+    between: dict[tuple[int, int], int] = {}
+    for (a, b), w in call_weights(m).items():
+        if b not in leaves and phys_of[a] != phys_of[b]:
+            key = (phys_of[a], phys_of[b])
+            between[key] = between.get(key, 0) + w
+    return Plan(phys_of, len(used), leaves, nesting(between, len(used), max_nest))
+
+
+def nesting(edges: dict[tuple[int, int], int], n: int, max_nest: int) -> frozenset[tuple[int, int]]:
+    """Which calls between physical functions may be BPF calls. The verifier allows no recursion and at most
+    eight frames of 512 bytes of stack in all, so the allowed calls must form a DAG no deeper than
+    ``max_nest``: order the physical functions so that most call weight goes forward (Eades, Lin and Smyth's
+    greedy heuristic for a feedback arc set), then keep forward calls while the depth allows."""
+    out: dict[int, dict[int, int]] = {p: {} for p in range(n)}
+    inc: dict[int, dict[int, int]] = {p: {} for p in range(n)}
+    for (a, b), w in edges.items():
+        out[a][b] = w
+        inc[b][a] = w
+    left = set(range(n))
+    head: list[int] = []
+    tail: list[int] = []
+
+    def weight(d: dict[int, int]) -> int:
+        return sum(w for q, w in d.items() if q in left)
+
+    while left:
+        moved = True
+        while moved:
+            moved = False
+            for p in sorted(left):
+                if not weight(out[p]):  # a sink: last
+                    tail.insert(0, p)
+                    left.discard(p)
+                    moved = True
+                elif not weight(inc[p]):  # a source: first
+                    head.append(p)
+                    left.discard(p)
+                    moved = True
+        if left:
+            p = max(sorted(left), key=lambda p: weight(out[p]) - weight(inc[p]))
+            head.append(p)
+            left.discard(p)
+    order = head + tail
+    pos = {p: i for i, p in enumerate(order)}
+    level: dict[int, int] = {}
+    allowed: set[tuple[int, int]] = set()
+    for p in reversed(order):
+        targets = [q for q in out[p] if pos[q] > pos[p] and level[q] < max_nest]
+        allowed.update((p, q) for q in targets)
+        level[p] = 1 + max((level[q] for q in targets), default=-1)
+    return frozenset(allowed)
 
 
 def region_ids(phys: list[list[LoweredFunction]]) -> dict[RegionKey, int]:

@@ -52,7 +52,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     )
     info.leaves = choose_leaves(module)
     max_phys = MAX_SUBPROGRAMS - 1 - len(BOUNDED_FUNCS) - len(info.leaves) - len(library_needed(module))
-    plan = info.plan = packing.plan(module, info.leaves, opt.phys_target, max_phys)
+    plan = info.plan = packing.plan(module, info.leaves, opt.phys_target, max_phys,
+                                    MAX_NEST if opt.may_goto else MAX_NEST_BOUNDED)
     sites = packing.call_sites(module)
     info.direct_callees = frozenset(b for a, b in sites if info.direct(a, b))
     info.direct_returners = direct_returners(sites, info)
@@ -194,6 +195,12 @@ def _canonical_types(m: Module) -> dict[FuncType, int]:
 # what keeps a function from being a leaf: it could suspend (loops, bulk memory) or needs the software stack
 _NOT_LEAF = {Op.CALL, Op.CALL_INDIRECT, Op.LOOP, Op.MEMORY_GROW, Op.MEMORY_FILL, Op.MEMORY_COPY}
 MAX_SUBPROGRAMS = 256  # the verifier's limit, main program included
+# Physical functions one call may nest below the one the dispatcher calls (``packing.nesting``). The verifier
+# allows 8 frames and 512 bytes of stack in a chain: the entry (16 bytes), the physical functions (80 each), a
+# leaf (80) and a soft-float function (8) fit with three nested; the profile without may_goto spends two
+# frames on its bounded dispatcher loops.
+MAX_NEST = 3
+MAX_NEST_BOUNDED = 1
 MAX_LEAVES = 160  # of the verifier's 256 subprograms, the rest are for physical functions
 
 

@@ -61,6 +61,10 @@ class ModuleInfo:
         to bound the chain of such jumps)."""
         return self.options.may_goto and self.plan is not None and self.plan.direct(caller, callee)
 
+    def nested(self, caller: int, callee: int) -> bool:
+        """A call from ``caller`` to ``callee`` is a BPF call of the callee's physical function."""
+        return self.plan is not None and self.plan.nested(caller, callee)
+
 
 @dataclass
 class LoweredFunction:

@@ -28,6 +28,7 @@ from capsule.wasm import ExternKind, Op, ValType
 from .errors import CallError, GuestExit, GuestRejected, GuestTrap, Pending
 
 C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
+GROW_AHEAD = 1 << 20  # bytes the host backs beyond what a memory.grow needs (fewer GROW round trips)
 _NARROW = (ValType.I32, ValType.F32)  # held in the low 32 bits of a u64
 BACKTRACE_DEPTH = 64  # frames listed in a trap's backtrace (walking a 16 MiB stack frame by frame takes seconds)
 
@@ -327,14 +328,16 @@ class Instance:
         return status, detail
 
     def _grow(self, needed: int) -> None:
-        """Serve status GROW: back linear memory up to ``needed`` bytes (the guest's memory.grow then retries;
-        anything the host cannot or will not back makes that grow fail, as past the maximum)."""
+        """Serve status GROW: back linear memory up to ``needed`` bytes and, so that the next grows need no
+        round trip, an eighth more (at least GROW_AHEAD), within the maximum. The guest's memory.grow then
+        retries; anything the host cannot back makes that grow fail, as past the maximum."""
         ctrl = abi.CTRL
         committed = self.u64(ctrl + abi.CTRL_COMMITTED)
-        limit = self.u64(ctrl + abi.CTRL_MEM_MAX_PAGES) * abi.WASM_PAGE
-        if committed < needed <= min(limit, abi.RT_BASE):
-            self.commit(committed, needed)
-            self.set_u64(ctrl + abi.CTRL_COMMITTED, needed)
+        limit = min(self.u64(ctrl + abi.CTRL_MEM_MAX_PAGES) * abi.WASM_PAGE, abi.RT_BASE)
+        if committed < needed <= limit:
+            ahead = min(limit, max(needed, committed + max(GROW_AHEAD, committed // 8)))
+            self.commit(committed, ahead)
+            self.set_u64(ctrl + abi.CTRL_COMMITTED, ahead)
 
     def _run(self, fiber: int, gen: int, budget: int) -> list[int] | Pending:
         status, detail = self._invoke(fiber, gen, budget)
