@@ -94,11 +94,71 @@ def call_weights(m: Module) -> dict[tuple[int, int], int]:
     return out
 
 
+def bands(m: Module, leaves: frozenset[int], top: int) -> dict[int, int]:
+    """Each function's band: its height in the call graph (0 for a function that calls nothing but leaves,
+    else one more than the highest band it calls outside its own strongly connected component), at most
+    ``top``. Calls from a higher band to a lower one never close a cycle, so they may be BPF calls."""
+    n = m.num_imported_funcs
+    funcs = list(range(n, n + len(m.funcs)))
+    callees: dict[int, set[int]] = {f: set() for f in funcs}
+    for a, b in call_sites(m):
+        if b not in leaves:
+            callees[a].add(b)
+    # Tarjan's strongly connected components, iteratively (call graphs can be deep)
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    comp: dict[int, int] = {}
+    stack: list[int] = []
+    on: set[int] = set()
+    order: list[list[int]] = []  # components, callees before callers
+    for start in funcs:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(callees[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            f, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(callees[nxt]))))
+                elif nxt in on:
+                    low[f] = min(low[f], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[f])
+            if low[f] == index[f]:
+                members = []
+                while True:
+                    g = stack.pop()
+                    on.discard(g)
+                    comp[g] = len(order)
+                    members.append(g)
+                    if g == f:
+                        break
+                order.append(members)
+    height: dict[int, int] = {}
+    for c, members in enumerate(order):
+        below = [height[comp[b]] for f in members for b in callees[f] if comp[b] != c]
+        height[c] = 1 + max(below) if below else 0
+    return {f: min(height[comp[f]], top) for f in funcs}
+
+
 def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest: int = 0) -> Plan:
+    """Physical functions band by band (``bands``), each band's functions clustered along their heaviest
+    calls and packed to the target size; a call to a lower band may be a BPF call (at most ``max_nest``
+    deep, as the bands are), a call inside one physical function a jump."""
     n = m.num_imported_funcs
     funcs = list(range(n, n + len(m.funcs)))
     size = {f: estimate(m, f, leaves) for f in funcs}
-    # clusters by union-find, joined along the heaviest edges while they fit
+    band = bands(m, leaves, max(0, max_nest))
+    # clusters by union-find, joined along the heaviest edges while they fit (within a band)
     parent = {f: f for f in funcs}
     weight = dict(size)
 
@@ -108,8 +168,8 @@ def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest
             f = parent[f]
         return f
 
-    edges = sorted(((w, a, b) for (a, b), w in call_weights(m).items() if a != b and b not in leaves),
-                   key=lambda e: (-e[0], e[1], e[2]))
+    edges = sorted(((w, a, b) for (a, b), w in call_weights(m).items()
+                    if a != b and b not in leaves and band[a] == band[b]), key=lambda e: (-e[0], e[1], e[2]))
     for _, a, b in edges:
         ra, rb = root(a), root(b)
         if ra != rb and weight[ra] + weight[rb] <= target:
@@ -119,68 +179,27 @@ def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest
     for f in funcs:
         clusters.setdefault(root(f), []).append(f)
     total = sum(size.values()) or 1
-    nphys = max(1, min(max_phys, abi.MAX_PHYS, math.ceil(total / target), len(clusters)))
-    fill = [0] * nphys
+    budget = max(1, min(max_phys, abi.MAX_PHYS))
     phys_of: dict[int, int] = {}
-    for r in sorted(clusters, key=lambda r: (-weight[r], r)):
-        p = fill.index(min(fill))
-        for f in clusters[r]:
-            phys_of[f] = p
-        fill[p] += weight[r]
-    used = sorted(set(phys_of.values()))  # renumber so that no physical function is empty
-    renumber = {p: i for i, p in enumerate(used)}
-    phys_of = {f: renumber[p] for f, p in phys_of.items()}
-    between: dict[tuple[int, int], int] = {}
-    for (a, b), w in call_weights(m).items():
-        if b not in leaves and phys_of[a] != phys_of[b]:
-            key = (phys_of[a], phys_of[b])
-            between[key] = between.get(key, 0) + w
-    return Plan(phys_of, len(used), leaves, nesting(between, len(used), max_nest))
-
-
-def nesting(edges: dict[tuple[int, int], int], n: int, max_nest: int) -> frozenset[tuple[int, int]]:
-    """Which calls between physical functions may be BPF calls. The verifier allows no recursion and at most
-    eight frames of 512 bytes of stack in all, so the allowed calls must form a DAG no deeper than
-    ``max_nest``: order the physical functions so that most call weight goes forward (Eades, Lin and Smyth's
-    greedy heuristic for a feedback arc set), then keep forward calls while the depth allows."""
-    out: dict[int, dict[int, int]] = {p: {} for p in range(n)}
-    inc: dict[int, dict[int, int]] = {p: {} for p in range(n)}
-    for (a, b), w in edges.items():
-        out[a][b] = w
-        inc[b][a] = w
-    left = set(range(n))
-    head: list[int] = []
-    tail: list[int] = []
-
-    def weight(d: dict[int, int]) -> int:
-        return sum(w for q, w in d.items() if q in left)
-
-    while left:
-        moved = True
-        while moved:
-            moved = False
-            for p in sorted(left):
-                if not weight(out[p]):  # a sink: last
-                    tail.insert(0, p)
-                    left.discard(p)
-                    moved = True
-                elif not weight(inc[p]):  # a source: first
-                    head.append(p)
-                    left.discard(p)
-                    moved = True
-        if left:
-            p = max(sorted(left), key=lambda p: weight(out[p]) - weight(inc[p]))
-            head.append(p)
-            left.discard(p)
-    order = head + tail
-    pos = {p: i for i, p in enumerate(order)}
-    level: dict[int, int] = {}
-    allowed: set[tuple[int, int]] = set()
-    for p in reversed(order):
-        targets = [q for q in out[p] if pos[q] > pos[p] and level[q] < max_nest]
-        allowed.update((p, q) for q in targets)
-        level[p] = 1 + max((level[q] for q in targets), default=-1)
-    return frozenset(allowed)
+    phys_band: list[int] = []
+    levels = sorted({band[r] for r in clusters})
+    for k, b in enumerate(levels):
+        mine = sorted((r for r in clusters if band[r] == b), key=lambda r: (-weight[r], r))
+        share = sum(weight[r] for r in mine)
+        # physical functions for this band: its share of the target-sized ones, leaving one for each band after
+        room = budget - len(phys_band) - (len(levels) - k - 1)
+        count = max(1, min(room, math.ceil(share / target), len(mine), math.ceil(budget * share / total)))
+        base = len(phys_band)
+        fill = [0] * count
+        for r in mine:
+            p = fill.index(min(fill))
+            for f in clusters[r]:
+                phys_of[f] = base + p
+            fill[p] += weight[r]
+        phys_band += [b] * count
+    calls = frozenset((p, q) for p in range(len(phys_band)) for q in range(len(phys_band))
+                      if phys_band[p] > phys_band[q] and max_nest > 0)
+    return Plan(phys_of, len(phys_band), leaves, calls)
 
 
 def region_ids(phys: list[list[LoweredFunction]]) -> dict[RegionKey, int]:
