@@ -21,7 +21,7 @@ from .calls import leave_return
 from .code import Code, RegionKey
 from .emit import T0, T1, immediate
 from .state import Ctl, FunctionState, Lowering
-from .values import FRAME, Const
+from .values import FRAME, Slot
 
 JumpTo = Callable[[str], None]  # emits a conditional jump to a label
 
@@ -179,7 +179,7 @@ def branch_if(fs: FunctionState, c: Ctl, jump_if_true: JumpTo, jump_if_false: Ju
     """A conditional branch to ``c``; the callbacks emit the test against a label."""
     k = len(c.branch_types)
     h = len(fs.stack)
-    needs_moves = any(h - k + j != c.base + j or isinstance(fs.stack[h - k + j], Const) for j in range(k))
+    needs_moves = any(h - k + j != c.base + j or not isinstance(fs.stack[h - k + j], Slot) for j in range(k))
     if c.kind == "block" or c.kind == "if":
         if not needs_moves:
             c.targeted = True

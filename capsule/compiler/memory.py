@@ -109,8 +109,8 @@ def store(fs: FunctionState, memarg: MemArg, size: int) -> None:
     if ra == T0:  # keep T0 free for the pointer
         fs.emit(stx(8, R10, BPF_TEMP, T0))
     rv: Reg | None = None
-    if imm is None and isinstance(v, Slot) and fs.stack.home(vs) is not None:
-        rv = fs.stack.home(vs)
+    if imm is None:
+        rv = fs.stack.register_of(vs, v)
     if ra == T0:
         fs.emit(ldx(8, T1, R10, BPF_TEMP))
         ra = T1

@@ -43,7 +43,16 @@ class Slot:
     type: ValType
 
 
-Entry = Const | Slot
+@dataclass(frozen=True)
+class Local:
+    """The current value of local ``n``, not copied anywhere yet (a ``local.get`` costs nothing until its value
+    is consumed, usually straight from the local's register). Placed before the local changes or a join."""
+
+    type: ValType
+    n: int
+
+
+Entry = Const | Slot | Local
 
 
 class FrameLayout:
