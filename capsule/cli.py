@@ -67,7 +67,7 @@ def verify_rows(path: str) -> list[dict]:
     try:
         maps = create_maps(spec, btf_fd)
         for name, ps in spec.programs.items():
-            tname = ProgType(ps.type).name.lower() if ps.type in ProgType._value2member_map_ else str(ps.type)
+            tname = ProgType(ps.type).label.lower()
             row: dict = {"program": name, "type": tname, "insns": sum(i.slots() for i in ps.insns)}
             try:
                 prog = load_program(ps, maps, btf_fd, log_level=LogLevel.BRANCHES | LogLevel.STATS)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
-from capsule.kernel.consts import MapType
+from capsule.bpf.uapi import MapType
 
 Progress = Callable[[str], None]
 
@@ -149,12 +149,9 @@ class OptReport:
 
 # -- measuring ---------------------------------------------------------------------------------------------------
 def _type_name(ps: ProgramSpec) -> str:
-    from capsule.kernel.consts import ProgType
+    from capsule.bpf.uapi import ProgType
 
-    try:
-        return ProgType(ps.type).name.lower()
-    except ValueError:
-        return str(ps.type)
+    return ProgType(ps.type).label.lower()
 
 
 def _best(stats: Sequence[Any]) -> Any:
@@ -276,7 +273,7 @@ def _own_sections(suite: str) -> dict | None:
     """Section names only the suite's own loader knows, typed as that loader types them (Suricata's ``filter``
     and ``loadbalancer`` are socket filters it attaches with ``SO_ATTACH_BPF``)."""
     from capsule.bpf.elf_sections import SectionType
-    from capsule.kernel.consts import ProgType
+    from capsule.bpf.uapi import ProgType
 
     if suite == "suricata":
         return {"filter": SectionType(ProgType.SOCKET_FILTER), "loadbalancer": SectionType(ProgType.SOCKET_FILTER)}

@@ -33,29 +33,15 @@ from elftools.elf.sections import SymbolTableSection
 from .btf import BTF, BTFError
 from .btf_ext import BTFExt
 from .btf_types import Array, Datasec, Enum, FuncProto, Int, IntEncoding, Ptr, Struct, Var, Void
-from .elf_sections import ProgType, SectionType, section_type
+from .elf_format import EM_BPF, R_BPF_64_32, R_BPF_64_64, R_BPF_NONE, RELOC_NAMES, SHN_UNDEF
+from .elf_sections import SectionType, section_type
 from .insn import SLOT, DecodeError, Insn, decode
 from .opcodes import CallKind, Pseudo
 from .spec import ExternVar, FuncInfo, KconfigVar, LineInfo, MapSpec, ObjectSpec, ProgramSpec
+from .uapi import MAP_IN_MAP_TYPES, MapFlags, MapType, ProgType
 
 __all__ = ["ObjectError", "read_object", "EM_BPF", "RELOC_NAMES"]
 
-EM_BPF = 247
-RELOC_NAMES = {
-    0: "R_BPF_NONE",
-    1: "R_BPF_64_64",
-    2: "R_BPF_64_ABS64",
-    3: "R_BPF_64_ABS32",
-    4: "R_BPF_64_NODYLD32",
-    10: "R_BPF_64_32",
-}
-R_BPF_64_64, R_BPF_64_32 = 1, 10
-MAP_TYPE_ARRAY = 2
-MAP_TYPE_PROG_ARRAY = 3
-MAP_IN_MAP_TYPES = (12, 13)  # ARRAY_OF_MAPS, HASH_OF_MAPS
-BPF_F_RDONLY_PROG = 1 << 7
-BPF_F_MMAPABLE = 1 << 10
-SHN_UNDEF = 0
 _DATA_PREFIXES = (".data", ".rodata", ".bss")
 
 
@@ -240,10 +226,10 @@ class _Reader:
             if self.btf is not None:
                 ids = self.btf.find_ids(name, Datasec.kind)
                 value_id = ids[0] if ids else 0
-            flags = BPF_F_MMAPABLE | (BPF_F_RDONLY_PROG if rodata else 0)
+            flags = MapFlags.MMAPABLE | (MapFlags.RDONLY_PROG if rodata else 0)
             self.maps[name] = MapSpec(
                 name,
-                MAP_TYPE_ARRAY,
+                MapType.ARRAY,
                 4,
                 size,
                 1,
@@ -331,14 +317,14 @@ class _Reader:
         assert self.btf is not None
         if inner:
             raise self.err(f"map {name!r}: an inner map cannot itself hold maps")
-        if map_type not in (*MAP_IN_MAP_TYPES, MAP_TYPE_PROG_ARRAY):
+        if map_type not in (*MAP_IN_MAP_TYPES, MapType.PROG_ARRAY):
             raise self.err(f"map {name!r}: 'values' is only for map-in-map and program-array maps")
         a = self.btf.resolve(tid)
         if not isinstance(a, Array) or a.nelems:
             raise self.err(f"map {name!r}: 'values' is not a zero-sized array (__array(values, ...))")
         p = self.btf.resolve(a.type)
         target = self.btf.resolve(p.type) if isinstance(p, Ptr) else None
-        if map_type == MAP_TYPE_PROG_ARRAY:
+        if map_type == MapType.PROG_ARRAY:
             if not isinstance(target, FuncProto):
                 raise self.err(f"map {name!r}: program-array values must be function pointers")
             return None
@@ -369,7 +355,7 @@ class _Reader:
             if slot < 0 or rem:
                 raise self.err(f"map {name!r}: relocation at .maps+{r} is not a 'values' slot")
             m = self.maps[name]
-            if m.type == MAP_TYPE_PROG_ARRAY:
+            if m.type == MapType.PROG_ARRAY:
                 if sym.type != "STT_FUNC" or sym.name not in programs:
                     raise self.err(f"map {name!r}: slot {slot} refers to {sym.name!r}, which is not a program")
             elif sym.name not in self.maps or sym.shndx != idx:
@@ -455,7 +441,7 @@ class _Reader:
                     off += size
         if kconfig:
             self.maps[".kconfig"] = MapSpec(
-                ".kconfig", MAP_TYPE_ARRAY, 4, (off + 7) // 8 * 8, 1, BPF_F_MMAPABLE | BPF_F_RDONLY_PROG,
+                ".kconfig", MapType.ARRAY, 4, (off + 7) // 8 * 8, 1, MapFlags.MMAPABLE | MapFlags.RDONLY_PROG,
                 contents=bytes((off + 7) // 8 * 8), freeze=True, kconfig=kconfig,
             )
 
@@ -534,7 +520,7 @@ class _Reader:
                         f"relocation in {sec.name} at offset {off} refers to symbol #{symi}, "
                         f"which does not exist ({len(self.syms)} symbols)"
                     )
-                if not is_code or rtype == 0:
+                if not is_code or rtype == R_BPF_NONE:
                     continue
                 if rtype not in (R_BPF_64_64, R_BPF_64_32):
                     raise self.err(

@@ -20,16 +20,14 @@ from .btf import BTF, VMLINUX, BTFError, Linkage
 from .btf_ext import BTFExt
 from .btf_types import Datasec, Func, Var, VarSecinfo
 from .elf_btfgen import data_section_vars, kfunc_type, map_def_var, program_func_type, subprog_func_type
-from .elf_format import STB_LOCAL, ElfBuilder, Section, Symbol
+from .elf_format import R_BPF_64_32, R_BPF_64_64, STB_LOCAL, ElfBuilder, Section, Symbol
 from .elf_sections import section_for
-from .insn import Insn, slot_offsets
+from .insn import SLOT, Insn, slot_offsets
 from .opcodes import CallKind, Pseudo
 from .spec import FuncInfo, LineInfo, MapSpec, ObjectSpec, ProgramSpec
 
 __all__ = ["write_object", "object_bytes"]
 
-R_BPF_64_64, R_BPF_64_32 = 1, 10
-SLOT = 8
 
 
 def write_object(spec: ObjectSpec, path: str | Path) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from capsule.bpf.asm import R1, R2, addr_space_cast, alu, call_helper, exit_, ja, jmp, ldx, may_goto, mov, stx
 from capsule.bpf.opcodes import Alu, Jmp
+from capsule.bpf.uapi import Helper
 from capsule.wasm import FuncType, ValType
 
 from . import abi
@@ -26,10 +27,6 @@ from .values import FP as R10
 
 if TYPE_CHECKING:
     from .function import FunctionCompiler
-
-HELPER_KTIME_GET_NS = 5
-HELPER_GET_PRANDOM_U32 = 7
-HELPER_KTIME_GET_BOOT_NS = 125
 
 SIGNATURES = {
     "yield": FuncType((), ()),
@@ -100,10 +97,10 @@ def _clock(fc: FunctionCompiler) -> None:
         mono = fc.code.fresh(f"f{fc.index}.clk")
         done = fc.code.fresh(f"f{fc.index}.clkd")
         fc.emit(ldx(8, T1, R10, -64), jmp(Jmp.JNE, T1, 0, mono, w32=True),
-                call_helper(HELPER_KTIME_GET_BOOT_NS), ldx(8, T1, R10, BPF_RUNTIME),
+                call_helper(Helper.KTIME_GET_BOOT_NS), ldx(8, T1, R10, BPF_RUNTIME),
                 ldx(8, T1, T1, abi.CTRL_REALTIME_OFFSET), alu(Alu.ADD, T0, T1), ja(done))
         fc.code.label(mono)
-        fc.emit(call_helper(HELPER_KTIME_GET_NS))
+        fc.emit(call_helper(Helper.KTIME_GET_NS))
         fc.code.label(done)
         fc.emit(stx(8, R10, -64, T0))
 
@@ -118,7 +115,7 @@ def _random(fc: FunctionCompiler) -> None:
     below = len(fc.stack)
 
     def emit_call() -> None:
-        fc.emit(call_helper(HELPER_GET_PRANDOM_U32), mov(T0, T0, w32=True), stx(8, R10, -64, T0))
+        fc.emit(call_helper(Helper.GET_PRANDOM_U32), mov(T0, T0, w32=True), stx(8, R10, -64, T0))
 
     _helper_call(fc, below, emit_call)
     slot = fc.push(Slot(ValType.I32))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
+from capsule.bpf.uapi import MapFlags, MapType, ProgFlags, ProgType
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, ValType
 
 from . import abi
@@ -29,10 +30,6 @@ from .options import Options
 META_SECTION = ".capsule.meta"
 DATA_SECTION = ".capsule.data"
 META_VERSION = 1
-BPF_MAP_TYPE_ARENA = 33
-BPF_F_MMAPABLE = 1 << 10
-BPF_PROG_TYPE_SYSCALL = 31
-BPF_F_SLEEPABLE = 1 << 4
 
 
 @dataclass
@@ -110,8 +107,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
 
     meta, data = describe(module, opt, types, lowered, packing, info)
     meta["code_ranges"] = [[slots[i], f] for i, f in func_starts]
-    window = MapSpec(ARENA_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
-    prog = ProgramSpec("capsule_run", "syscall", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
+    window = MapSpec(ARENA_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=MapFlags.MMAPABLE)
+    prog = ProgramSpec("capsule_run", "syscall", ProgType.SYSCALL, insns, flags=ProgFlags.SLEEPABLE,
                        func_infos=func_infos)
     return ObjectSpec(
         programs={"capsule_run": prog},

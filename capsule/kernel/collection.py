@@ -20,10 +20,10 @@ from capsule.bpf.btf_types import Datasec, Kind
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import CallKind, Pseudo
 from capsule.bpf.spec import ExternVar, MapSpec, ObjectSpec, ProgramSpec
+from capsule.bpf.uapi import MapFlags, MapType, ProgType
 
 from .arena import PAGE, Arena
 from .btf import load_btf, vmlinux_btf_id
-from .consts import MapFlags, MapType
 from .errors import BPFError, LoadError
 from .kconfig import kallsyms, kconfig_contents
 from .maps import Map
@@ -259,7 +259,7 @@ def load_program(
     ps: ProgramSpec, maps: dict[str, Map], btf_fd: FD | None, *, log_level: int = 0, log_size: int = 0
 ) -> Program:
     """Resolve and load one program. Raises ``VerifierError`` with the log when the kernel refuses it."""
-    if ps.type == 0:  # BPF_PROG_TYPE_UNSPEC: the reader did not recognise the section name
+    if ps.type == ProgType.UNSPEC:  # the reader did not recognise the section name
         raise LoadError(f"program {ps.name!r}: section {ps.section!r} names no program type capsule can load")
     insns = resolve_refs(ps, maps)
     with_btf = btf_fd is not None and bool(ps.func_infos)

@@ -10,19 +10,18 @@ map alive for as long as the program. So when a pass removes the last reference 
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import Pseudo
+from capsule.bpf.opcodes import LD_IMM64, Pseudo
 
 from .rewrite import Code
 
 __all__ = ["map_refs", "keep_map_refs"]
 
-_LD_IMM64 = 0x18
 _MAP_KINDS = frozenset((Pseudo.MAP_FD, Pseudo.MAP_VALUE, Pseudo.MAP_IDX, Pseudo.MAP_IDX_VALUE))
 
 
 def map_refs(insns: list[Insn]) -> set[str]:
     """Names of the maps referenced by ``insns``."""
-    return {ins.ref for ins in insns if ins.code == _LD_IMM64 and ins.src in _MAP_KINDS and ins.ref}
+    return {ins.ref for ins in insns if ins.code == LD_IMM64 and ins.src in _MAP_KINDS and ins.ref}
 
 
 def keep_map_refs(before: Code, after: Code) -> Code:
@@ -30,7 +29,7 @@ def keep_map_refs(before: Code, after: Code) -> Code:
     lost = map_refs(before.insns) - map_refs(after.insns)
     if not lost:
         return after
-    pre = [Insn(_LD_IMM64, 0, Pseudo.MAP_FD, 0, 0, ref=name) for name in sorted(lost)]
+    pre = [Insn(LD_IMM64, 0, Pseudo.MAP_FD, 0, 0, ref=name) for name in sorted(lost)]
     k = len(pre)
     entry_tid = after.funcs.get(0, 0)
     funcs = {0: entry_tid} | {s + k: tid for s, tid in after.funcs.items() if s}

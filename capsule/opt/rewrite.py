@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import CallKind, Pseudo
+from capsule.bpf.opcodes import CLASS_MASK, LD_IMM64, CallKind, Class, Pseudo
 from capsule.bpf.spec import FuncInfo, LineInfo, ProgramSpec
 
 __all__ = ["Code", "RewriteError", "has_target"]
@@ -25,10 +25,13 @@ class RewriteError(ValueError):
     """An edit that would break the program's structure (e.g. emptying a function)."""
 
 
+_MAY_TARGET = (Class.LD, Class.JMP, Class.JMP32)  # the classes of ld_imm64, calls and jumps
+
+
 def has_target(ins: Insn) -> bool:
     """Whether ``ins`` refers to another instruction of the program by relative offset."""
     c = ins.code
-    if c & 7 not in (0, 5, 6):
+    if c & CLASS_MASK not in _MAY_TARGET:
         return False  # neither a jump, a call nor ld_imm64 (the common case, decided without properties)
     if ins.is_jump:
         return True
@@ -40,12 +43,12 @@ def has_target(ins: Insn) -> bool:
 def slot_offsets(insns: list[Insn]) -> list[int]:
     """The slot at which each instruction starts (``capsule.bpf.insn.slot_offsets``, without a method call
     per instruction)."""
-    return list(accumulate((2 if ins.code == 0x18 else 1 for ins in insns), initial=0))[:-1] if insns else []
+    return list(accumulate((2 if ins.code == LD_IMM64 else 1 for ins in insns), initial=0))[:-1] if insns else []
 
 
 def count_slots(insns: list[Insn]) -> int:
     codes = [ins.code for ins in insns]
-    return len(codes) + codes.count(0x18)
+    return len(codes) + codes.count(LD_IMM64)
 
 
 def _s32(v: int) -> int:
