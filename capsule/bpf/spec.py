@@ -16,13 +16,20 @@ Symbolic references left in a program's instructions (``Insn.ref``) are resolved
 
 Everything else (BPF-to-BPF calls, ``ld_imm64`` of a function, jumps) is already resolved to relative offsets in
 ``ProgramSpec.insns``, which holds the entry function followed by every subprogram it reaches.
+
+Map and program types are ``MapType`` / ``ProgType`` members whoever builds the spec: the dataclasses convert a
+plain number when they are made, so consumers compare and name them without checking. A number the enums do
+not list (an object for a newer kernel) becomes a pseudo member that keeps it (``capsule.bpf.uapi``), so such
+an object still reads, writes and loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .btf import BTF
 from .insn import Insn
+from .uapi import MapType, ProgType
 
 
 @dataclass
@@ -47,7 +54,7 @@ class LineInfo:
 @dataclass
 class MapSpec:
     name: str
-    type: int  # BPF_MAP_TYPE_*
+    type: MapType
     key_size: int
     value_size: int
     max_entries: int
@@ -69,6 +76,9 @@ class MapSpec:
     init_refs: dict[int, str] = field(default_factory=dict)
     # for ``.kconfig``: the extern variables it holds, filled from the running kernel at load time
     kconfig: list[KconfigVar] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.type = MapType(self.type)
 
 
 @dataclass
@@ -101,7 +111,7 @@ class ExternVar:
 class ProgramSpec:
     name: str  # the entry function's symbol name
     section: str  # ELF section, e.g. "xdp" or "syscall"
-    type: int  # BPF_PROG_TYPE_*
+    type: ProgType
     insns: list[Insn]
     license: str = "GPL"
     expected_attach_type: int = 0
@@ -114,12 +124,15 @@ class ProgramSpec:
     func_infos: list[FuncInfo] = field(default_factory=list)
     line_infos: list[LineInfo] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.type = ProgType(self.type)
+
 
 @dataclass
 class ObjectSpec:
     programs: dict[str, ProgramSpec] = field(default_factory=dict)
     maps: dict[str, MapSpec] = field(default_factory=dict)
-    btf: object | None = None  # capsule.bpf.btf.BTF, the object's own types (needed for func_info)
+    btf: BTF | None = None  # the object's own types (needed for func_info)
     license: str = "GPL"
     # non-allocated sections carried through unchanged, e.g. ".capsule.meta" (what the runtime needs to drive a
     # compiled program); loaders that do not know them ignore them
