@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from capsule.ints import signed
+
 from .insn import Insn, slot_offsets
 from .opcodes import (
     ADDR_SPACE_CAST,
     BYTES_SIZE,
     LD_IMM64,
+    NUM_REGS,
     Alu,
     Atomic,
     CallKind,
@@ -112,7 +115,7 @@ class Reg(int):
         return f"r{int(self)}"
 
 
-R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = (Reg(i) for i in range(11))
+R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = (Reg(i) for i in range(NUM_REGS))
 FP = R10  # the read-only frame pointer
 
 Operand = Reg | int
@@ -132,7 +135,7 @@ def _imm32(v: int) -> int:
     if v in _S32:
         return v
     if v in _U32:
-        return v - (1 << 32)
+        return signed(v, 32)
     raise AsmError(f"immediate {v:#x} does not fit in 32 bits")
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Mapping
 
+from capsule.ints import signed
+
 from .insn import Insn, slot_offsets
 from .opcodes import ADDR_SPACE_CAST, LD_IMM64, SIZE_BYTES, Alu, Atomic, Class, Jmp, Mode, Size, Src
 
@@ -72,11 +74,6 @@ _SIZE_NAME = {Size.B: "8", Size.H: "16", Size.W: "32", Size.DW: "64"}
 
 def _hex(v: int) -> str:
     return f"-{-v:#x}" if v < 0 else f"{v:#x}"
-
-
-def _signed(v: int, bits: int) -> int:
-    v &= (1 << bits) - 1
-    return v - (1 << bits) if v >> (bits - 1) else v
 
 
 def _mem(reg: int, off: int) -> str:
@@ -191,7 +188,7 @@ def _ld(insn: Insn) -> str:
     if insn.code == LD_IMM64:
         if insn.src:
             return f"ld_pseudo\tr{insn.dst}, {_hex(insn.src)}, {_hex(insn.imm & 0xFFFFFFFF)}"
-        return f"r{insn.dst} = {_hex(_signed(insn.imm, 64))} ll"
+        return f"r{insn.dst} = {_hex(signed(insn.imm, 64))} ll"
     mode, size = insn.code & 0xE0, insn.code & 0x18
     if size == Size.DW or mode not in (Mode.ABS, Mode.IND):
         return UNKNOWN

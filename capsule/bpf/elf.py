@@ -30,6 +30,8 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from capsule.ints import MASK32, signed
+
 from .btf import BTF, BTFError
 from .btf_ext import BTFExt
 from .btf_types import Array, Datasec, Enum, FuncProto, Int, IntEncoding, Ptr, Struct, Var, Void
@@ -556,8 +558,7 @@ class _Reader:
                 continue
             if not ins.is_ld_imm64:
                 raise self.err(f"{where}: relocation on an instruction that is neither ld_imm64 nor call")
-            low = ins.imm & 0xFFFFFFFF
-            low = low - (1 << 32) if low & 0x80000000 else low
+            low = signed(ins.imm, 32)
             if sym.shndx == SHN_UNDEF:
                 ins.src, ins.imm, ins.ref = Pseudo.BTF_ID, 0, sym.name
                 f.externs[sym.name] = self.externs.get(sym.name) or ExternVar(sym.name, weak=sym.bind == "STB_WEAK")
@@ -570,7 +571,7 @@ class _Reader:
                 off = sym.value + low
                 ins.src, ins.imm, ins.ref = (
                     Pseudo.MAP_VALUE,
-                    (off & 0xFFFFFFFF) << 32,
+                    (off & MASK32) << 32,
                     self.data_secs[sym.shndx],
                 )
             elif sym.shndx > 0 and self._is_code(sym.shndx):
@@ -621,7 +622,7 @@ class _Reader:
                     dest = placed[tgt] if tgt in placed else None
                     assert dest is not None
                     rel = dest - (pos + 1)
-                    ins.imm = rel if ins.is_call else rel & 0xFFFFFFFF
+                    ins.imm = rel if ins.is_call else rel & MASK32
                 out.append(ins)
                 pos += ins.slots()
             self._carry_ext(prog, f, base)

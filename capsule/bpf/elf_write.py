@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from capsule.ints import signed
+
 from .btf import BTF, VMLINUX, BTFError, Linkage
 from .btf_ext import BTFExt
 from .btf_types import Datasec, Func, Var, VarSecinfo
@@ -70,7 +72,7 @@ class _Writer:
         targets: dict[int, int] = {}
         for i, ins in enumerate(insns):
             if (ins.is_call and ins.src == CallKind.BPF) or (ins.is_ld_imm64 and ins.src == Pseudo.FUNC):
-                rel = ins.imm if ins.is_call else _s32(ins.imm & 0xFFFFFFFF)
+                rel = ins.imm if ins.is_call else signed(ins.imm, 32)
                 t = offs[i] + rel + 1
                 if t not in index_of:
                     raise ValueError(
@@ -323,5 +325,3 @@ def _set_datasec(btf: BTF, name: str, size: int, entries: list[tuple[int, int, i
         ds.size, ds.vars = size, [VarSecinfo(*e) for e in entries]
 
 
-def _s32(v: int) -> int:
-    return v - (1 << 32) if v & 0x80000000 else v

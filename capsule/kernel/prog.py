@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from capsule.bpf.insn import Insn, encode
 from capsule.bpf.spec import FuncInfo, LineInfo
 from capsule.bpf.uapi import ProgType
+from capsule.ints import signed
 
 from .consts import STATS_RUN_TIME, Cmd, LogLevel
 from .errors import VerifierError
@@ -58,7 +59,7 @@ class TestRunResult:
 
     @property
     def retval_signed(self) -> int:
-        return self.retval - (1 << 32) if self.retval & 0x80000000 else self.retval
+        return signed(self.retval, 32)
 
 
 @dataclass

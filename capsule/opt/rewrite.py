@@ -17,6 +17,7 @@ from itertools import accumulate
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import CLASS_MASK, LD_IMM64, CallKind, Class, Pseudo
 from capsule.bpf.spec import FuncInfo, LineInfo, ProgramSpec
+from capsule.ints import MASK32, fits_signed, signed
 
 __all__ = ["Code", "RewriteError", "has_target"]
 
@@ -51,14 +52,9 @@ def count_slots(insns: list[Insn]) -> int:
     return len(codes) + codes.count(LD_IMM64)
 
 
-def _s32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
-
-
 def _rel(ins: Insn) -> int:
     if ins.is_ld_imm64:
-        return _s32(ins.imm)
+        return signed(ins.imm, 32)
     if ins.is_call:
         return ins.imm
     return ins.jump_offset()
@@ -116,8 +112,8 @@ class Code:
             ins = out[i]
             delta = offs[t] - offs[i] - 1
             if ins.is_ld_imm64:
-                if ins.imm != delta & 0xFFFFFFFF:
-                    out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta & 0xFFFFFFFF, ins.ref, ins.sym)
+                if ins.imm != delta & MASK32:
+                    out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta & MASK32, ins.ref, ins.sym)
             elif ins.is_call:
                 if ins.imm != delta:
                     out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta, ins.ref, ins.sym)
@@ -125,7 +121,7 @@ class Code:
                 if ins.imm != delta:
                     out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta, ins.ref, ins.sym)
             else:
-                if not -(1 << 15) <= delta < 1 << 15:
+                if not fits_signed(delta, 16):
                     raise RewriteError(f"instruction {i}: jump offset {delta} does not fit 16 bits")
                 if ins.off != delta:
                     out[i] = Insn(ins.code, ins.dst, ins.src, delta, ins.imm, ins.ref, ins.sym)

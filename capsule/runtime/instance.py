@@ -20,6 +20,7 @@ from capsule.bpf.spec import ObjectSpec
 from capsule.compiler import abi
 from capsule.compiler.memory import ARENA_MAP
 from capsule.compiler.program import DATA_SECTION, META_SECTION, META_VERSION
+from capsule.ints import signed
 from capsule.kernel.arena import Arena
 from capsule.kernel.collection import Collection
 from capsule.kernel.consts import LogLevel
@@ -332,8 +333,7 @@ class Instance:
         if status == abi.Status.YIELD:
             return Pending((fiber << 32) | gen, yielded=True)
         if status == abi.Status.EXIT:
-            code = detail & 0xFFFF_FFFF
-            raise GuestExit(code - (1 << 32) if code >> 31 else code)
+            raise GuestExit(signed(detail, 32))
         if status == abi.Status.BAD_TOKEN:
             raise CallError(f"the kernel refused the continuation for fiber {fiber} (stale generation)")
         index = self._calls[fiber]
@@ -345,10 +345,9 @@ class Instance:
         for j, t in enumerate(results):
             v = self.u64(fp + abi.FRAME_LOCALS + 8 * j)
             if t == "i32":
-                v &= 0xFFFF_FFFF
-                v = v - (1 << 32) if v >> 31 else v
+                v = signed(v, 32)
             elif t == "i64":
-                v = v - (1 << 64) if v >> 63 else v
+                v = signed(v, 64)
             elif t == "f32":
                 v &= 0xFFFF_FFFF
             out.append(v)
