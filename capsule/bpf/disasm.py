@@ -30,7 +30,21 @@ from collections.abc import Mapping
 from capsule.ints import signed
 
 from .insn import Insn, slot_offsets
-from .opcodes import ADDR_SPACE_CAST, LD_IMM64, SIZE_BYTES, Alu, Atomic, Class, Jmp, Mode, Size, Src
+from .opcodes import (
+    ADDR_SPACE_CAST,
+    LD_IMM64,
+    MODE_MASK,
+    OP_MASK,
+    SIZE_BYTES,
+    SIZE_MASK,
+    Alu,
+    Atomic,
+    Class,
+    Jmp,
+    Mode,
+    Size,
+    Src,
+)
 
 __all__ = ["format_insn", "disassemble", "UNKNOWN"]
 
@@ -127,7 +141,7 @@ def _annotate(target: int, symbols: Mapping[int, str]) -> str:
 def _alu(insn: Insn) -> str:
     w32 = insn.cls == Class.ALU
     r = "w" if w32 else "r"
-    op = insn.code & 0xF0
+    op = insn.code & OP_MASK
     dst = f"{r}{insn.dst}"
     x = insn.code & Src.X
     if op == Alu.NEG:
@@ -162,7 +176,7 @@ def _alu(insn: Insn) -> str:
 
 
 def _jmp(insn: Insn) -> str:
-    op = insn.code & 0xF0
+    op = insn.code & OP_MASK
     x = insn.code & Src.X
     if insn.cls == Class.JMP:
         if op == Jmp.JA:
@@ -189,7 +203,7 @@ def _ld(insn: Insn) -> str:
         if insn.src:
             return f"ld_pseudo\tr{insn.dst}, {_hex(insn.src)}, {_hex(insn.imm & 0xFFFFFFFF)}"
         return f"r{insn.dst} = {_hex(signed(insn.imm, 64))} ll"
-    mode, size = insn.code & 0xE0, insn.code & 0x18
+    mode, size = insn.code & MODE_MASK, insn.code & SIZE_MASK
     if size == Size.DW or mode not in (Mode.ABS, Mode.IND):
         return UNKNOWN
     where = _hex(insn.imm) if mode == Mode.ABS else f"r{insn.src}"
@@ -197,7 +211,7 @@ def _ld(insn: Insn) -> str:
 
 
 def _ldx(insn: Insn, alu32: bool) -> str:
-    mode, size = insn.code & 0xE0, Size(insn.code & 0x18)
+    mode, size = insn.code & MODE_MASK, Size(insn.code & SIZE_MASK)
     if mode == Mode.MEM:
         r = "w" if alu32 and size != Size.DW else "r"
         return f"{r}{insn.dst} = *(u{_SIZE_NAME[size]} *)({_mem(insn.src, insn.off)})"
@@ -207,7 +221,7 @@ def _ldx(insn: Insn, alu32: bool) -> str:
 
 
 def _store(insn: Insn, alu32: bool) -> str:
-    mode, size = insn.code & 0xE0, Size(insn.code & 0x18)
+    mode, size = insn.code & MODE_MASK, Size(insn.code & SIZE_MASK)
     where = f"*(u{_SIZE_NAME[size]} *)({_mem(insn.dst, insn.off)})"
     if insn.cls == Class.ST:
         return f"{where} = {_hex(insn.imm)}" if mode == Mode.MEM else UNKNOWN

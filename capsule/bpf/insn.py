@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from capsule.ints import MASK32, MASK64, signed
 
-from .opcodes import LD_IMM64, Class, Jmp
+from .opcodes import CLASS_MASK, LD_IMM64, OP_MASK, Class, Jmp
 
 SLOT = 8
 _FMT = struct.Struct("<BBhi")
@@ -40,7 +40,7 @@ class Insn:
     # -- shape ---------------------------------------------------------------------------------------------
     @property
     def cls(self) -> int:
-        return self.code & 0x07
+        return self.code & CLASS_MASK
 
     @property
     def is_ld_imm64(self) -> bool:
@@ -54,7 +54,7 @@ class Insn:
         """A jump with a PC-relative target (not call or exit)."""
         if self.cls not in (Class.JMP, Class.JMP32):
             return False
-        op = self.code & 0xF0
+        op = self.code & OP_MASK
         if op in (Jmp.CALL, Jmp.EXIT):
             return False
         return True
