@@ -24,34 +24,10 @@ def _read(path: str):  # -> ObjectSpec
 
 
 def cmd_disasm(args: argparse.Namespace) -> int:
-    from capsule.bpf.disasm import disassemble
+    from capsule.bpf.disasm import disassemble_object
 
-    spec = _read(args.object)
-    out = sys.stdout
-    for name, ps in spec.programs.items():
-        slots = sum(i.slots() for i in ps.insns)
-        out.write(f"{name}: section {ps.section}, {slots} instruction slots\n")
-        symbols = _function_symbols(spec, ps)
-        pc = 0
-        for ins, text in zip(ps.insns, disassemble(ps.insns, symbols), strict=True):
-            if pc in symbols:
-                out.write(f"<{symbols[pc]}>:\n")
-            out.write(f"{pc:8}:\t{text}\n")
-            pc += ins.slots()
-        out.write("\n")
+    sys.stdout.write("\n".join(disassemble_object(_read(args.object), args.object)) + "\n")
     return 0
-
-
-def _function_symbols(spec, ps) -> dict[int, str]:
-    """Slot offset -> function name, from the program's func_info (entry and linked subprograms)."""
-    names: dict[int, str] = {0: ps.name}
-    if spec.btf is not None:
-        for fi in ps.func_infos:
-            try:
-                names[fi.insn_off] = spec.btf.name_of(fi.type_id)
-            except (KeyError, IndexError):
-                pass
-    return names
 
 
 def verify_rows(path: str) -> list[dict]:

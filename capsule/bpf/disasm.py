@@ -20,16 +20,23 @@ LLVM gets right (``lock *(u32 *)(r1 + 0x0) += r2``).
 
 Jump targets may be annotated like objdump's ``<LBB0_2>`` / ``<prog+0x318>``: pass ``symbols`` (slot index ->
 name, the section's symbols) and each jump gets the name of the nearest symbol at or before its target.
+
+``disassemble_object`` prints a whole object read from ELF the way ``llvm-objdump-19 -d --no-show-raw-insn``
+does (sections, function labels, the instructions as written, before linking), and adds what objdump only
+prints on a separate ``-r`` line: after every relocated instruction, the target its relocation names
+(``r1 = 0x0 ll <counters>``, ``call -0x1 <parse_sub>``). A relocation against a section symbol (clang's form
+for static functions and variables) is named by the symbol at the place it points to (``call 0x13 <five>``,
+``r2 = 0x38 ll <loop_body>``, ``r1 = 0x8 ll <.rodata+0x8>`` when no symbol covers it).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from capsule.ints import signed
 
-from .insn import Insn, slot_offsets
+from .insn import SLOT, Insn, slot_offsets
 from .opcodes import (
     ADDR_SPACE_CAST,
     LD_IMM64,
@@ -45,8 +52,9 @@ from .opcodes import (
     Size,
     Src,
 )
+from .spec import CodeSection, ObjectSpec, ProgramSpec, Reloc
 
-__all__ = ["format_insn", "disassemble", "UNKNOWN"]
+__all__ = ["format_insn", "disassemble", "disassemble_object", "UNKNOWN"]
 
 UNKNOWN = "<unknown>"
 
@@ -125,6 +133,84 @@ def disassemble(
     return [
         format_insn(i, pc, symbols, alu32=alu32) for i, pc in zip(insns, slot_offsets(insns), strict=True)
     ]
+
+
+def disassemble_object(spec: ObjectSpec, filename: str, *, alu32: bool = False) -> list[str]:
+    """The lines ``llvm-objdump-19 -d --no-show-raw-insn FILENAME`` prints for the object ``spec`` was read
+    from, every relocated instruction followed by `` <target>``. A spec that was not read from ELF (built in
+    memory) has no code as written: its linked programs are listed instead, one per program."""
+    if spec.unlinked is None:
+        return _linked_listing(spec, alu32)
+    code = spec.unlinked
+    out = ["", f"{filename}:\tfile format elf64-bpf"]
+    for sec in code.sections:
+        if not sec.insns:
+            continue  # objdump skips empty sections
+        labels = _labels(sec, code.symbols.get(sec.name, ()))
+        out += ["", f"Disassembly of section {sec.name}:"]
+        for ins, pc in zip(sec.insns, slot_offsets(sec.insns), strict=True):
+            if pc in labels:
+                out += ["", f"{pc * SLOT:016x} <{labels[pc]}>:"]
+            text = format_insn(ins, pc, labels, alu32=alu32)
+            rel = sec.relocs.get(pc)
+            if rel is not None:
+                text += f" <{_reloc_target(ins, rel, code.symbols)}>"
+            out.append(f"{pc:8}:\t{text}")
+    return out
+
+
+def _labels(sec: CodeSection, symbols: Iterable[tuple[int, str]]) -> dict[int, str]:
+    """Slot -> the label objdump prints there: of the symbols at one address, the last by name; the section's
+    name at its start when no symbol is there."""
+    end = sum(i.slots() for i in sec.insns)
+    labels: dict[int, str] = {}
+    for off, name in sorted(symbols):
+        if off % SLOT == 0 and off // SLOT < end:
+            labels[off // SLOT] = name
+    if 0 not in labels:
+        labels[0] = sec.name
+    return labels
+
+
+def _reloc_target(ins: Insn, rel: Reloc, symbols: Mapping[str, Iterable[tuple[int, str]]]) -> str:
+    """What a relocated instruction refers to: the relocation's symbol plus the offset the instruction adds
+    (a call's ``imm + 1`` slots, an ``ld_imm64``'s low 32 bits); for a section symbol, the symbol covering
+    that place in the section."""
+    delta = (ins.imm + 1) * SLOT if ins.is_call else signed(ins.imm, 32)
+    if not rel.section_symbol:
+        return rel.symbol if delta == 0 else f"{rel.symbol}{_rel(delta)}"
+    off = rel.value + delta
+    best: tuple[int, str] | None = None
+    for at, name in sorted(symbols.get(rel.section or "", ())):
+        if at <= off:
+            best = (at, name)  # the last at or before the place, as objdump picks labels
+    if best is None:
+        return rel.symbol if off == 0 else f"{rel.symbol}{_rel(off)}"
+    return best[1] if off == best[0] else f"{best[1]}{_rel(off - best[0])}"
+
+
+def _linked_listing(spec: ObjectSpec, alu32: bool) -> list[str]:
+    out: list[str] = []
+    for name, ps in spec.programs.items():
+        labels = _function_labels(spec, ps)
+        out += ["", f"Disassembly of program {name} (section {ps.section}, linked):"]
+        for ins, pc in zip(ps.insns, slot_offsets(ps.insns), strict=True):
+            if pc in labels:
+                out += ["", f"{pc * SLOT:016x} <{labels[pc]}>:"]
+            out.append(f"{pc:8}:\t{format_insn(ins, pc, labels, alu32=alu32)}")
+    return out
+
+
+def _function_labels(spec: ObjectSpec, ps: ProgramSpec) -> dict[int, str]:
+    """Slot -> function name, from the program's func_info (entry and linked subprograms)."""
+    names: dict[int, str] = {0: ps.name}
+    if spec.btf is not None:
+        for fi in ps.func_infos:
+            try:
+                names[fi.insn_off] = spec.btf.name_of(fi.type_id)
+            except (KeyError, IndexError):
+                pass
+    return names
 
 
 def _annotate(target: int, symbols: Mapping[int, str]) -> str:

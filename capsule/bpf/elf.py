@@ -39,7 +39,18 @@ from .elf_format import EM_BPF, R_BPF_64_32, R_BPF_64_64, R_BPF_NONE, RELOC_NAME
 from .elf_sections import SectionType, section_type
 from .insn import SLOT, DecodeError, Insn, decode
 from .opcodes import CallKind, Pseudo
-from .spec import ExternVar, FuncInfo, KconfigVar, LineInfo, MapSpec, ObjectSpec, ProgramSpec
+from .spec import (
+    CodeSection,
+    ExternVar,
+    FuncInfo,
+    KconfigVar,
+    LineInfo,
+    MapSpec,
+    ObjectSpec,
+    ProgramSpec,
+    Reloc,
+    UnlinkedCode,
+)
 from .uapi import MAP_IN_MAP_TYPES, MapFlags, MapType, ProgType
 
 __all__ = ["ObjectError", "read_object", "EM_BPF", "RELOC_NAMES"]
@@ -129,6 +140,7 @@ class _Reader:
         self.externs: dict[str, ExternVar] = {}  # by name, for undefined symbols that BTF declares
         self.data_secs: dict[int, str] = {}  # section index -> map name
         self.funcs: dict[tuple[int, int], _Func] = {}
+        self.unlinked = UnlinkedCode()
 
     def err(self, msg: str) -> ObjectError:
         return ObjectError(f"{self.where}: {msg}")
@@ -170,7 +182,8 @@ class _Reader:
             for sec in self.elf.iter_sections()
             if sec.name.startswith(EXTRA_PREFIX) and sec["sh_type"] == "SHT_PROGBITS"
         }
-        return ObjectSpec(programs=programs, maps=self.maps, btf=self.btf, license=license_, extra_sections=extra)
+        return ObjectSpec(programs=programs, maps=self.maps, btf=self.btf, license=license_, extra_sections=extra,
+                          unlinked=self.unlinked)
 
     # -- symbols, BTF, license --------------------------------------------------------------------------
     def _read_symbols(self) -> None:
@@ -188,6 +201,8 @@ class _Reader:
             self.syms.append(
                 _Sym(s.name, s["st_value"], s["st_size"], s["st_info"]["type"], s["st_info"]["bind"], shndx)
             )
+            if shndx > 0 and s.name and s["st_info"]["type"] not in ("STT_SECTION", "STT_FILE"):
+                self.unlinked.symbols.setdefault(self.names[shndx], []).append((s["st_value"], s.name))
         self.text_idx = self.names.index(".text") if ".text" in self.names else -1
 
     def _read_btf(self) -> None:
@@ -483,6 +498,9 @@ class _Reader:
                 continue
             data = sec.data()
             insns = decode(data)
+            self.unlinked.sections.append(CodeSection(sec.name, insns, {
+                slot: self._reloc(rtype, sym) for slot, (rtype, sym) in relocs.get(idx, {}).items()
+            }))
             slots, pos = {}, 0
             for i, ins in enumerate(insns):
                 slots[pos] = i
@@ -533,6 +551,12 @@ class _Reader:
                     raise self.err(f"relocation in {sec.name} at unaligned offset {off}")
                 table[off // SLOT] = (rtype, self.syms[symi])
         return out
+
+    def _reloc(self, rtype: int, sym: _Sym) -> Reloc:
+        section = self.names[sym.shndx] if sym.shndx > 0 else None
+        if sym.type == "STT_SECTION":
+            return Reloc(rtype, section or "", section, sym.value, section_symbol=True)
+        return Reloc(rtype, sym.name, section, sym.value)
 
     def _resolve(self, f: _Func, relocs: dict[int, tuple[int, _Sym]]) -> None:
         """Turn relocated instructions of one function into symbolic refs / call targets."""

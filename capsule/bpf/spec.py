@@ -129,6 +129,37 @@ class ProgramSpec:
 
 
 @dataclass
+class Reloc:
+    """A relocation of one instruction of a code section, as the ELF file holds it."""
+
+    type: int  # R_BPF_* (capsule.bpf.elf_format)
+    symbol: str  # the symbol's name; for a section symbol, its section's name
+    section: str | None  # the section the symbol is defined in; None when undefined (an extern, a kfunc)
+    value: int = 0  # the symbol's value: its offset in ``section``
+    section_symbol: bool = False  # STT_SECTION: the instruction's immediate says where in ``section`` it points
+
+
+@dataclass
+class CodeSection:
+    """One code section before linking: its instructions as written and the relocations applied to them."""
+
+    name: str
+    insns: list[Insn]  # decoded from the section's bytes, immediates as written (``call -0x1``, ``r1 = 0x0 ll``)
+    relocs: dict[int, Reloc] = field(default_factory=dict)  # slot -> relocation
+
+
+@dataclass
+class UnlinkedCode:
+    """The object's code as its ELF file holds it, for tools that show the file rather than load it (the
+    disassembler): ``ProgramSpec.insns`` are linked and resolved, these are not."""
+
+    sections: list[CodeSection] = field(default_factory=list)  # in section header order
+    # section name -> (byte offset, name) of every named symbol defined in it (functions, labels, variables,
+    # maps), in symbol table order; section and file symbols are not listed
+    symbols: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+
+
+@dataclass
 class ObjectSpec:
     programs: dict[str, ProgramSpec] = field(default_factory=dict)
     maps: dict[str, MapSpec] = field(default_factory=dict)
@@ -137,3 +168,6 @@ class ObjectSpec:
     # non-allocated sections carried through unchanged, e.g. ".capsule.meta" (what the runtime needs to drive a
     # compiled program); loaders that do not know them ignore them
     extra_sections: dict[str, bytes] = field(default_factory=dict)
+    # set by the ELF reader: the code as written. Writers and loaders ignore it; a transformation of the
+    # programs must drop it (it would describe the code before the change)
+    unlinked: UnlinkedCode | None = None

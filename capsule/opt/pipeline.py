@@ -174,7 +174,7 @@ def _optimize_program(ps: ProgramSpec, passes: Sequence[Pass], check: CheckFn | 
 def optimize_object(spec: ObjectSpec, passes: Sequence[Pass], check: CheckFn | None = None,
                     programs: Sequence[str] | None = None) -> ObjectResult:
     """Optimise every program (or the named ones); returns a new ``ObjectSpec`` and per-program results."""
-    out = replace(spec, programs=dict(spec.programs))
+    out = replace(spec, programs=dict(spec.programs), unlinked=None)  # the code as read no longer describes it
     results: dict[str, ProgramResult] = {}
     for name, ps in spec.programs.items():
         if programs is not None and name not in programs:
