@@ -445,7 +445,7 @@ class KernelGuest:
         self.inst.mem[addr : addr + len(data)] = data
 
     def has_export(self, name: str) -> bool:
-        return any(e["name"] == name for e in self.inst.meta["exports"])
+        return any(e.name == name for e in self.inst.meta.exports)
 
     def call(self, name: str, *args: int) -> int:
         res = self.inst.call(name, *args)
