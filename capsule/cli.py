@@ -37,6 +37,10 @@ def verify_rows(path: str) -> list[dict]:
     from capsule.kernel.errors import BPFError, VerifierError
 
     spec = _read(path)
+    if not spec.programs:
+        unplaced = spec.unlinked.unplaced if spec.unlinked is not None else []
+        why = "; ".join(str(u) for u in unplaced) if unplaced else "the object holds no code"
+        raise SystemExit(f"capsule: {path}: no program to load ({why})")
     rows: list[dict] = []
     btf_fd = load_object_btf(spec)
     maps = {}

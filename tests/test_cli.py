@@ -135,3 +135,15 @@ def test_help_lists_commands() -> None:
     assert res.returncode == 0
     for word in ("disasm", "verify", "demo"):
         assert word in res.stdout
+
+
+TEXT_ONLY = "int func(void *ctx) { return ((int *)ctx)[0] + 1; }\n"  # no SEC(): a .text function, no program
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_verify_without_a_loadable_program_says_so(json_out: bool) -> None:
+    obj = compile_bpf(TEXT_ONLY, "v3")
+    res = capsule("verify", str(obj), *(["--json"] if json_out else []))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith(f"capsule: {obj}: no program to load") and "'func'" in res.stderr

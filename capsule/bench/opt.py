@@ -136,6 +136,9 @@ class OptReport:
     rows: list[ProgramRow]
     failures: list[dict[str, str]]  # objects that could not be read, corpus build failures
     seconds: float = 0.0
+    # objects with code outside any program (.text functions no program calls, code no STT_FUNC covers): that
+    # code is not optimised and in no total; their programs, if any, are measured as usual
+    apart: list[dict[str, Any]] = field(default_factory=list)
 
     def suites(self) -> list[str]:
         return list(dict.fromkeys(r.suite for r in self.rows))
@@ -300,6 +303,11 @@ def run_bench(objects: Sequence[tuple[str, str, str, Path]], passes: Sequence[st
             continue
         if progress:
             progress(f"{suite}/{cpu}/{name}: {len(spec.programs)} programs")
+        unplaced = spec.unlinked.unplaced if spec.unlinked is not None else []
+        if unplaced:
+            report.apart.append({"suite": suite, "object": name, "cpu": cpu,
+                                 "slots": sum(u.end - u.start for u in unplaced),
+                                 "why": "; ".join(str(u) for u in unplaced)})
         report.rows += measure_object(spec, suite, name, cpu, passes, check, per_pass, max_insns)
     report.seconds = time.perf_counter() - t0
     return report
@@ -377,6 +385,12 @@ def render(report: OptReport, console: Any) -> None:
     console.print(f"verified before but not after: {len(regressed)}; pass results the checker rolled back "
                   f"(verifier refusal or behaviour difference, never shipped): {len(rolled)}; "
                   f"optimizer/checker errors: {len(errors)}")
+    if report.apart:
+        n = len(report.apart)
+        console.print(f"{n} object{' holds' if n == 1 else 's hold'} code outside any program "
+                      f"({sum(a['slots'] for a in report.apart):,} slots, not optimised, in no total)")
+        for a in report.apart[:20]:
+            console.print(f"  {a['suite']}/{a['cpu']}/{a['object']}: {a['why'][:150]}")
     for r, why in rolled[:20]:
         console.print(f"  rolled back {r.suite}/{r.cpu}/{r.object}:{r.program}: {why[:150]}")
     for r in (regressed + errors)[:20]:

@@ -50,6 +50,7 @@ from .spec import (
     ProgramSpec,
     Reloc,
     UnlinkedCode,
+    Unplaced,
 )
 from .uapi import ProgType
 
@@ -130,6 +131,7 @@ class _Reader(MapReader):
         self.data_secs: dict[int, str] = {}  # section index -> map name
         self.funcs: dict[tuple[int, int], _Func] = {}
         self.unlinked = UnlinkedCode()
+        self.placed: set[tuple[int, int]] = set()  # keys of the functions some program holds
 
     def err(self, msg: str) -> ObjectError:
         return ObjectError(f"{self.where}: {msg}")
@@ -165,6 +167,9 @@ class _Reader(MapReader):
             )
             self._link(prog, f)
             programs[f.name] = prog
+        self.unlinked.unplaced += [Unplaced(self.names[f.shndx], f.start, f.end, f.name)
+                                   for f in self.funcs.values() if f.key not in self.placed]
+        self.unlinked.unplaced.sort(key=lambda u: (self.names.index(u.section), u.start))
         self._read_map_slots(programs)
         extra = {
             sec.name: sec.data()
@@ -239,6 +244,17 @@ class _Reader(MapReader):
                 f = _Func(s.name, idx, start, end, [replace(i) for i in insns[lo:hi]])
                 self._resolve(f, relocs.get(idx, {}))
                 self.funcs[f.key] = f
+            self._uncovered(idx, pos)
+
+    def _uncovered(self, idx: int, end: int) -> None:
+        """Record the slots of section ``idx`` that no function symbol covers (no program can hold them)."""
+        covered = sorted((f.start, f.end) for f in self.funcs.values() if f.shndx == idx)
+        labels = {s.value // SLOT: s.name for s in self.syms if s.shndx == idx and s.name and s.type == "STT_NOTYPE"}
+        pos = 0
+        for lo, hi in [*covered, (end, end)]:
+            if lo > pos:
+                self.unlinked.unplaced.append(Unplaced(self.names[idx], pos, lo, label=labels.get(pos, "")))
+            pos = max(pos, hi)
 
     def _read_relocations(self) -> dict[int, dict[int, tuple[int, Sym]]]:
         """Relocations of code sections: section index -> slot -> (type, symbol). Other sections' relocations
@@ -346,12 +362,14 @@ class _Reader(MapReader):
     def _link(self, prog: ProgramSpec, entry: _Func) -> None:
         """Lay out entry + reachable subprograms; fix relative offsets; carry func/line info."""
         order, placed, total = [entry], {entry.key: 0}, entry.end - entry.start
+        self.placed.add(entry.key)
         k = 0
         while k < len(order):
             for tgt in order[k].targets.values():
                 callee = self._func_at(tgt, order[k])
                 if callee.key not in placed:
                     placed[callee.key] = total
+                    self.placed.add(callee.key)
                     total += callee.end - callee.start
                     order.append(callee)
             k += 1

@@ -148,6 +148,25 @@ class CodeSection:
     relocs: dict[int, Reloc] = field(default_factory=dict)  # slot -> relocation
 
 
+@dataclass(frozen=True)
+class Unplaced:
+    """Code of the object that no program holds, so that loading the programs (or rewriting them) leaves it
+    out: a ``.text`` function no program calls, or instructions no function symbol covers (objects from
+    older clangs mark functions ``STT_NOTYPE``; libbpf, like capsule, takes only ``STT_FUNC`` symbols)."""
+
+    section: str
+    start: int  # slot
+    end: int  # slot, exclusive
+    function: str = ""  # the function's name; "" when no function symbol covers the code
+    label: str = ""  # for uncovered code, a non-function symbol at its start, if any
+
+    def __str__(self) -> str:
+        if self.function:
+            return f"function {self.function!r} in {self.section}, which no program calls"
+        what = f" (symbol {self.label!r} is not STT_FUNC)" if self.label else ""
+        return f"{self.section} slots {self.start}..{self.end - 1}, which no function symbol covers{what}"
+
+
 @dataclass
 class UnlinkedCode:
     """The object's code as its ELF file holds it, for tools that show the file rather than load it (the
@@ -157,6 +176,8 @@ class UnlinkedCode:
     # section name -> (byte offset, name) of every named symbol defined in it (functions, labels, variables,
     # maps), in symbol table order; section and file symbols are not listed
     symbols: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    # code no program holds (what rewriting the programs would lose), in section order
+    unplaced: list[Unplaced] = field(default_factory=list)
 
 
 @dataclass
