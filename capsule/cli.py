@@ -19,8 +19,8 @@ def _read(path: str):  # -> ObjectSpec
         return read_object(Path(path))
     except FileNotFoundError:
         raise SystemExit(f"capsule: {path}: no such file") from None
-    except ObjectError as e:
-        raise SystemExit(f"capsule: {path}: {e}") from None
+    except ObjectError as e:  # its message starts with the path
+        raise SystemExit(f"capsule: {e}") from None
 
 
 def cmd_disasm(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ from capsule.ints import MASK32, signed
 
 from .btf import BTF, BTFError
 from .btf_ext import BTFExt
+from .btf_types import Func
 from .elf_format import EM_BPF, R_BPF_64_32, R_BPF_64_64, R_BPF_NONE, RELOC_NAMES, SHN_UNDEF
 from .elf_maps import MapReader, Sym
 from .elf_sections import SectionType, section_type
@@ -204,9 +205,15 @@ class _Reader(MapReader):
         if sec is None:
             return
         self.btf = BTF.parse(sec.data())
+        self.btf.check_references()
         ext = self.elf.get_section_by_name(".BTF.ext")
         if ext is not None:
             self.ext = BTFExt.parse(ext.data(), self.btf.strings)
+            for secname, infos in self.ext.func_info.items():
+                for fi in infos:
+                    if not 0 < fi.type_id < len(self.btf) or not isinstance(self.btf.type_by_id(fi.type_id), Func):
+                        raise self.err(f".BTF.ext func_info of {secname}+{fi.insn_off * SLOT}: type id {fi.type_id} "
+                                       "is not a FUNC of the object's BTF")
         sizes = {s.name: s["sh_size"] for s in self.sections}
         offsets = {s.name: s.value for s in self.syms if s.type == "STT_OBJECT" and s.shndx > 0}
         self.btf.fixup_datasecs(sizes, offsets)
