@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import statistics
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
 from capsule.bpf.uapi import MapType
+from capsule.kernel.maps import possible_cpus
 
 Progress = Callable[[str], None]
 
@@ -161,16 +161,6 @@ def _best(stats: Sequence[Any]) -> Any:
     """Of several loads of the same program, the one with the least verification time (one is noisy)."""
     good = [s for s in stats if s is not None]
     return min(good, key=lambda s: s.verification_time_us or 0) if good else None
-
-
-def possible_cpus() -> int:
-    """The kernel's possible CPUs (``/sys/devices/system/cpu/possible``, e.g. ``0-1``), as libbpf counts them."""
-    try:
-        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
-        return sum(int(b) - int(a) + 1 for a, _, b in (r.partition("-") if "-" in r else (r, "", r)
-                                                         for r in text.split(",")))
-    except (OSError, ValueError):
-        return os.cpu_count() or 1
 
 
 # local-storage maps must be declared with max_entries 0 (the kernel refuses anything else)

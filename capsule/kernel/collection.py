@@ -26,7 +26,7 @@ from .arena import PAGE, Arena
 from .btf import load_btf, vmlinux_btf_id
 from .errors import BPFError, LoadError
 from .kconfig import kallsyms, kconfig_contents
-from .maps import Map
+from .maps import Map, possible_cpus
 from .prog import Program
 from .sys import FD
 
@@ -171,6 +171,9 @@ def _ringbuf_size(n: int) -> int:
 def _create_map(ms: MapSpec, btf_fd: FD | None) -> Map:
     if ms.type in (MapType.RINGBUF, MapType.USER_RINGBUF):
         ms = replace(ms, max_entries=_ringbuf_size(ms.max_entries))
+    if ms.type == MapType.PERF_EVENT_ARRAY and not ms.max_entries:
+        # one slot per CPU is what such a map is for, so objects leave the size out; libbpf fills it in
+        ms = replace(ms, max_entries=possible_cpus())
     if ms.type == MapType.ARENA:
         # an arena is memory, not elements; the kernel wants its user address fixed (mmap) before a program
         # that uses it loads. With no address given, a 4 GiB-aligned one makes arena offsets and 32-bit arena
