@@ -29,7 +29,8 @@ from capsule.bpf.opcodes import (
     Mode,
     Src,
 )
-from capsule.bpf.uapi import Helper
+
+from .helpers import HELPER_ARGS
 
 __all__ = ["Effect", "effect", "effects", "reg_mask", "CALLER_SAVED", "ARGS", "HELPER_ARGS", "mem_size",
            "is_pure_alu", "JUMPS", "COND_JUMPS", "EXIT", "CALL", "LD_IMM64", "regs_of"]
@@ -45,68 +46,6 @@ def reg_mask(*regs: int) -> int:
 ARGS = reg_mask(1, 2, 3, 4, 5)
 CALLER_SAVED = reg_mask(0, 1, 2, 3, 4, 5)
 
-# number of arguments of common helpers; unknown helpers read all five
-HELPER_ARGS: dict[int, int] = {
-    Helper.MAP_LOOKUP_ELEM: 2,
-    Helper.MAP_UPDATE_ELEM: 4,
-    Helper.MAP_DELETE_ELEM: 2,
-    Helper.PROBE_READ: 3,
-    Helper.KTIME_GET_NS: 0,
-    Helper.TRACE_PRINTK: 5,  # variadic up to 5
-    Helper.GET_PRANDOM_U32: 0,
-    Helper.GET_SMP_PROCESSOR_ID: 0,
-    Helper.TAIL_CALL: 3,
-    Helper.GET_CURRENT_PID_TGID: 0,
-    Helper.GET_CURRENT_UID_GID: 0,
-    Helper.GET_CURRENT_COMM: 2,
-    Helper.REDIRECT: 3,
-    Helper.PERF_EVENT_OUTPUT: 5,
-    Helper.GET_CURRENT_TASK: 0,
-    Helper.XDP_ADJUST_HEAD: 2,
-    Helper.REDIRECT_MAP: 3,
-    Helper.XDP_ADJUST_META: 2,
-    Helper.XDP_ADJUST_TAIL: 2,
-    Helper.PROBE_READ_KERNEL: 3,
-    Helper.RINGBUF_OUTPUT: 4,
-    Helper.RINGBUF_RESERVE: 3,
-    Helper.RINGBUF_SUBMIT: 2,
-    Helper.RINGBUF_DISCARD: 2,
-    Helper.LOOP: 4,
-    Helper.MAP_LOOKUP_PERCPU_ELEM: 3,
-    Helper.SKB_STORE_BYTES: 5,
-    Helper.L3_CSUM_REPLACE: 5,
-    Helper.L4_CSUM_REPLACE: 5,
-    Helper.SKB_LOAD_BYTES: 4,
-    Helper.GET_STACKID: 3,
-    Helper.CSUM_DIFF: 5,
-    Helper.GET_HASH_RECALC: 1,
-    Helper.GET_NUMA_NODE_ID: 0,
-    Helper.PROBE_READ_STR: 3,
-    Helper.GET_SOCKET_COOKIE: 1,
-    Helper.PERF_EVENT_READ_VALUE: 4,
-    Helper.GET_STACK: 4,
-    Helper.FIB_LOOKUP: 4,
-    Helper.MAP_PUSH_ELEM: 3,
-    Helper.MAP_POP_ELEM: 2,
-    Helper.MAP_PEEK_ELEM: 2,
-    Helper.SEND_SIGNAL: 1,
-    Helper.PROBE_READ_USER: 3,
-    Helper.PROBE_READ_USER_STR: 3,
-    Helper.PROBE_READ_KERNEL_STR: 3,
-    Helper.JIFFIES64: 0,
-    Helper.GET_NS_CURRENT_PID_TGID: 4,
-    Helper.KTIME_GET_BOOT_NS: 0,
-    Helper.RINGBUF_QUERY: 2,
-    Helper.GET_CURRENT_TASK_BTF: 0,
-    Helper.KTIME_GET_COARSE_NS: 0,
-    Helper.SNPRINTF: 5,
-    Helper.GET_FUNC_IP: 1,
-    Helper.GET_FUNC_ARG: 3,
-    Helper.GET_FUNC_RET: 2,
-    Helper.GET_FUNC_ARG_CNT: 1,
-    Helper.XDP_LOAD_BYTES: 4,
-    Helper.XDP_STORE_BYTES: 4,
-}
 
 
 class Effect(NamedTuple):

@@ -41,11 +41,11 @@ from capsule.bpf.opcodes import (
     Pseudo,
     Size,
 )
-from capsule.bpf.uapi import Helper as H
 from capsule.bpf.uapi import ProgType
 from capsule.ints import MASK32, MASK64, signed
 
 from .cfg import CFG, Function
+from .helpers import HELPER_WRITES, RETURNS_MAP_VALUE
 from .semantics import alu_result, imm64
 from .tnum import UNKNOWN, Tnum
 
@@ -143,7 +143,6 @@ CTX_POINTERS: dict[int, dict[int, Kind]] = {
     _P.LWT_XMIT: _SKB,
 }
 _NO_CTX: dict[int, Kind] = {}
-_MAP_VALUE_HELPERS = (H.MAP_LOOKUP_ELEM, H.MAP_LOOKUP_PERCPU_ELEM)
 _NO_VALUE = frozenset(c for c in range(256) if c & CLASS_MASK in (Class.JMP, Class.JMP32) and c != CALL)  # jumps, exit
 # plain ints for the transfer functions, which test every instruction (no enum attribute lookups per step)
 _ALU, _ALU64, _LD, _LDX, _ST, _STX = (int(c) for c in (Class.ALU, Class.ALU64, Class.LD, Class.LDX, Class.ST,
@@ -357,43 +356,10 @@ def _store(ins: Insn, st: State) -> dict[int, Val]:
     return spills
 
 
-# what known helpers write through their arguments: (pointer argument, size argument or a fixed size as a
-# negative number, None when unknown); helpers absent from the table are not trusted with stack pointers
-_NOTHING: tuple[tuple[int, int | None], ...] = ()
-_HELPER_WRITES: dict[int, tuple[tuple[int, int | None], ...]] = {
-    **dict.fromkeys((
-        H.MAP_LOOKUP_ELEM, H.MAP_UPDATE_ELEM, H.MAP_DELETE_ELEM, H.KTIME_GET_NS, H.TRACE_PRINTK, H.GET_PRANDOM_U32,
-        H.GET_SMP_PROCESSOR_ID, H.SKB_STORE_BYTES, H.L3_CSUM_REPLACE, H.L4_CSUM_REPLACE, H.TAIL_CALL,
-        H.GET_CURRENT_PID_TGID, H.GET_CURRENT_UID_GID, H.REDIRECT, H.PERF_EVENT_OUTPUT, H.GET_STACKID, H.CSUM_DIFF,
-        H.GET_HASH_RECALC, H.GET_CURRENT_TASK, H.GET_NUMA_NODE_ID, H.XDP_ADJUST_HEAD, H.GET_SOCKET_COOKIE,
-        H.REDIRECT_MAP, H.XDP_ADJUST_META, H.XDP_ADJUST_TAIL, H.MAP_PUSH_ELEM, H.SEND_SIGNAL, H.JIFFIES64,
-        H.KTIME_GET_BOOT_NS, H.RINGBUF_OUTPUT, H.RINGBUF_RESERVE, H.RINGBUF_SUBMIT, H.RINGBUF_DISCARD,
-        H.RINGBUF_QUERY, H.GET_CURRENT_TASK_BTF, H.KTIME_GET_COARSE_NS, H.GET_FUNC_IP, H.GET_FUNC_ARG_CNT,
-        H.XDP_STORE_BYTES, H.MAP_LOOKUP_PERCPU_ELEM,
-    ), _NOTHING),
-    H.PROBE_READ: ((1, 2),),
-    H.GET_CURRENT_COMM: ((1, 2),),
-    H.PROBE_READ_STR: ((1, 2),),
-    H.PROBE_READ_USER: ((1, 2),),
-    H.PROBE_READ_KERNEL: ((1, 2),),
-    H.PROBE_READ_USER_STR: ((1, 2),),
-    H.PROBE_READ_KERNEL_STR: ((1, 2),),
-    H.SNPRINTF: ((1, 2),),
-    H.PERF_EVENT_READ_VALUE: ((3, 4),),
-    H.GET_NS_CURRENT_PID_TGID: ((3, 4),),
-    H.SKB_LOAD_BYTES: ((3, 4),),
-    H.XDP_LOAD_BYTES: ((3, 4),),
-    H.GET_STACK: ((2, 3),),
-    H.FIB_LOOKUP: ((2, 3),),
-    H.MAP_POP_ELEM: ((2, None),),
-    H.MAP_PEEK_ELEM: ((2, None),),
-    H.GET_FUNC_ARG: ((3, -8),),
-    H.GET_FUNC_RET: ((2, -8),),
-}
 
 
 def _call_spills(st: State, ins: Insn) -> dict[int, Val]:
-    """The spills a call leaves. A helper of ``_HELPER_WRITES`` writes the caller's stack only through its
+    """The spills a call leaves. A helper of ``HELPER_WRITES`` writes the caller's stack only through its
     listed pointer arguments: ``size`` bytes when the size is known, else anything at or above the pointer;
     an argument we cannot name may be a stack pointer. Other calls (kfuncs, subprograms, callbacks, helpers not
     listed, such as dynptrs writing through pointers kept in memory) keep the spills only when no argument
@@ -402,7 +368,7 @@ def _call_spills(st: State, ins: Insn) -> dict[int, Val]:
     if not spills:
         return spills
     regs = st[0]
-    writes = _HELPER_WRITES.get(ins.imm) if ins.src == 0 else None
+    writes = HELPER_WRITES.get(ins.imm) if ins.src == 0 else None
     if writes is None:
         for r in range(1, 6):
             k = regs[r][0]
@@ -484,7 +450,7 @@ def _step(ins: Insn, regs: list[Val], st: State, prog_type: int) -> dict[int, Va
         return st[1]
     elif c == CALL:
         ret = TOP if ins.src == _BPF_CALL else NONSTACK  # helpers and kfuncs never return stack pointers
-        if ins.src == CallKind.HELPER and ins.imm in _MAP_VALUE_HELPERS and regs[1][0] is K_MAP_PTR:
+        if ins.src == CallKind.HELPER and ins.imm in RETURNS_MAP_VALUE and regs[1][0] is K_MAP_PTR:
             ret = _new(Val, (K_MAP_VALUE, _new(Tnum, (0, 0)), regs[1][2]))
         spills = _call_spills(st, ins)
         regs[0] = ret
