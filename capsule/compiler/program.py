@@ -14,7 +14,7 @@ from dataclasses import replace
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
-from capsule.bpf.uapi import ProgType
+from capsule.bpf.uapi import MapFlags, MapType, ProgType
 from capsule.guest.softfloat import TRAP_CHECKS, WASM_OPS, add_to_btf, library
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, op_name
 
@@ -27,9 +27,6 @@ from .function import compile_function
 from .inline import inline_small_functions
 from .options import Options
 from .state import LoweredFunction, ModuleInfo
-
-BPF_MAP_TYPE_ARENA = 33
-BPF_F_MMAPABLE = 1 << 10
 
 
 def compile_module(module: Module, options: Options | None = None) -> ObjectSpec:
@@ -112,7 +109,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
 
     description, data = describe(module, opt, types, lowered, region_ids, info,
                                  [(slots[i], f) for i, f in func_starts])
-    window = MapSpec(abi.WINDOW_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
+    window = MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=MapFlags.MMAPABLE)
     prog = ProgramSpec(abi.ENTRY_PROGRAM, "xdp", ProgType.XDP, insns, func_infos=func_infos)
     return ObjectSpec(
         programs={abi.ENTRY_PROGRAM: prog},
