@@ -37,6 +37,18 @@ WASM_PAGE = 65536
 
 RT_BASE = 0xF000_0000  # linear memory may grow to 3.75 GiB
 MAX_MEMORY_PAGES = RT_BASE // WASM_PAGE
+# In fast mode (no bounds checks) every address is masked to the smallest power of two that holds the memory's
+# maximum, at most FAST_MAX_BYTES: an access, even a wild one, then stays below RT_BASE (offsets in an
+# instruction add at most 32 KiB), so a buggy guest may corrupt its own memory but never the runtime's.
+FAST_MAX_BYTES = 1 << 31
+
+
+def fast_mask(max_bytes: int) -> int:
+    """The address mask of fast mode for a memory of at most ``max_bytes`` (which it may lower)."""
+    size = WASM_PAGE
+    while size < min(max_bytes, FAST_MAX_BYTES):
+        size <<= 1
+    return size - 1
 
 # control block (module-wide)
 CTRL = RT_BASE

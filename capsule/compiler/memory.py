@@ -56,9 +56,11 @@ _STORES = {
 
 def address(fs: FunctionState, ra: Reg, offset: int, size: int, *, check: bool) -> tuple[Reg, int]:
     """Bounds-check (with ``check``) and cast the address in ``ra``; returns (pointer register, insn offset).
+    In fast mode the pointer is masked (``abi.fast_mask``), so that no access reaches the runtime area.
 
     Uses T0 for the pointer and, when checking, T1 for the limit.
     """
+    mask = [] if fs.opt.checked else [alu(Alu.AND, T0, fs.info.memory_mask, w32=True)]
     if check:
         end = offset + size
         if fits_signed(end, 32):
@@ -72,10 +74,10 @@ def address(fs: FunctionState, ra: Reg, offset: int, size: int, *, check: bool) 
                 fs.emit(alu(Alu.SUB, T0, T1))
             ra = T0
     if offset < (1 << 15):
-        fs.emit(addr_space_cast(T0, ra, 0, 1))
+        fs.emit(addr_space_cast(T0, ra, 0, 1), *mask)
         return T0, offset
     # the effective address wraps at 32 bits in fast mode (checked mode has trapped before it could)
-    fs.emit(mov(T0, ra), alu(Alu.ADD, T0, unsigned(offset, 32), w32=True), addr_space_cast(T0, T0, 0, 1))
+    fs.emit(mov(T0, ra), alu(Alu.ADD, T0, unsigned(offset, 32), w32=True), addr_space_cast(T0, T0, 0, 1), *mask)
     return T0, 0
 
 

@@ -47,6 +47,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         imported_funcs=module.num_imported_funcs,
         inlined=inlined,
     )
+    if not opt.checked:
+        info.memory_mask = abi.fast_mask(max_memory_pages(module, opt) * abi.WASM_PAGE)
     info.leaves = choose_leaves(module)
     max_phys = MAX_SUBPROGRAMS - 1 - len(BOUNDED_FUNCS) - len(info.leaves) - len(library_needed(module))
     plan = info.plan = packing.plan(module, info.leaves, opt.phys_target, max_phys,
@@ -182,6 +184,21 @@ def _check_module(m: Module) -> None:
             raise UnsupportedError(f"a memory of {mem.limits.min} pages (at most {abi.MAX_MEMORY_PAGES})")
 
 
+def max_memory_pages(m: Module, opt: Options) -> int:
+    """How far the memory may grow: its declared maximum, within the window, and in fast mode within what the
+    address mask keeps away from the runtime area (``abi.fast_mask``)."""
+    mems = m.all_memories()
+    if not mems:
+        return 0
+    lim = mems[0].limits
+    pages = min(lim.max if lim.max is not None else abi.MAX_MEMORY_PAGES, abi.MAX_MEMORY_PAGES)
+    if not opt.checked:
+        pages = min(pages, (abi.fast_mask(pages * abi.WASM_PAGE) + 1) // abi.WASM_PAGE)
+        if lim.min > pages:
+            raise UnsupportedError(f"a memory of {lim.min} pages in fast mode (at most {pages}: use checked mode)")
+    return pages
+
+
 def _canonical_types(m: Module) -> dict[FuncType, int]:
     ids: dict[FuncType, int] = {}
     for t in m.types:
@@ -278,11 +295,7 @@ def describe(m: Module, opt: Options, types: dict[FuncType, int], lowered: list[
                 items.append(_const_expr(expr))
         elems.append(meta.ElemSegment(_const_expr(el.offset_expr or []), el.table, tuple(items)))
     mems = m.all_memories()
-    memory = None
-    if mems:
-        lim = mems[0].limits
-        memory = meta.Memory(lim.min, min(lim.max if lim.max is not None else abi.MAX_MEMORY_PAGES,
-                                          abi.MAX_MEMORY_PAGES))
+    memory = meta.Memory(mems[0].limits.min, max_memory_pages(m, opt)) if mems else None
     description = meta.Meta(
         options=meta.BuildOptions(opt.checked, opt.may_goto, opt.fibers, opt.stack_size),
         types=tuple(signatures),

@@ -49,6 +49,8 @@ class ModuleInfo:
     library_used: set[str] = field(default_factory=set)  # soft-float functions the code calls
     # function -> (first, end, callee): body ranges that are an inlined callee's body (for backtraces)
     inlined: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    # fast mode's address mask (``abi.fast_mask``)
+    memory_mask: int = abi.FAST_MAX_BYTES - 1
     # which physical function each function goes into (``packing``), decided before lowering
     plan: Plan | None = None
     # functions some caller in their physical function calls directly (their entry is built for it), and
