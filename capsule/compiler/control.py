@@ -38,7 +38,11 @@ def loop(fs: FunctionState, ins: Instr) -> None:
     fs.stack.materialize_all()
     head = fs.fresh("loop")
     region = fs.new_region()
-    fs.ctls.append(Ctl("loop", head, len(fs.stack) - len(params), params, results, ins.end, region=region))
+    written = sorted({x.imm for x in fs.func.body[fs.pos + 1 : ins.end]
+                      if x.op in (Op.LOCAL_SET, Op.LOCAL_TEE) and x.imm in fs.local_regs})
+    widen = tuple((n, fs.local_regs[n]) for n in written if isinstance(n, int))
+    fs.ctls.append(Ctl("loop", head, len(fs.stack) - len(params), params, results, ins.end, region=region,
+                       widen=widen))
     # Coming in, everything goes through the frame and back, exactly as at the region entry (reached from
     # the dispatcher): values loaded from the arena are scalars the verifier does not know, so the loop's
     # states converge instead of being walked iteration by iteration from known constants.
@@ -120,6 +124,13 @@ def jump_to(fs: FunctionState, c: Ctl) -> None:
     ``may_goto``), any other target is a plain jump."""
     if c.kind == "loop":
         assert c.region is not None
+        # The register locals the loop writes go through the frame on every back-edge. Along some path a local
+        # may hold a value the verifier knows exactly (a counter that was 0 on the path where "i == 0"), and
+        # iterations from an exact value never lie within an earlier one's, so may_goto cannot prune them: a
+        # value loaded from the arena is one the verifier knows nothing about (fd_readdir's skip loop walked
+        # 8,192 iterations without this).
+        for n, r in c.widen:
+            fs.emit(stx(8, FRAME, fs.stack.local_off(n), r), ldx(8, r, FRAME, fs.stack.local_off(n)))
         jump_to_head(fs, c.label, c.region, c.base + len(c.params))
     else:
         c.targeted = True

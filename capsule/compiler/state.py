@@ -93,6 +93,7 @@ class Ctl:
     targeted: bool = False  # some branch goes to the end label
     region: RegionKey | None = None  # loops: where a suspended loop resumes
     in_else: bool = False
+    widen: tuple[tuple[int, Reg], ...] = ()  # loops: the register locals the body writes (``control.loop``)
 
     @property
     def branch_types(self) -> tuple[ValType, ...]:
