@@ -81,7 +81,7 @@ def const(fs: FunctionState, ins: Instr) -> None:
 def unary(fs: FunctionState, t: ValType, body: Callable[[Reg], None]) -> None:
     slot, e = fs.stack.pop()
     fs.stack.push(e)  # keep the slot occupied while computing into its home
-    dst = fs.stack.dst(slot)
+    dst = fs.stack.result(slot)
     fs.stack.read_into(dst, slot, e)
     body(dst)
     fs.stack.finish(slot, dst, t)
@@ -92,7 +92,7 @@ def binop(fs: FunctionState, op: Alu, w32: bool) -> None:
     a_slot = len(fs.stack) - 1
     a = fs.stack[a_slot]
     t = I32 if w32 else I64
-    dst = fs.stack.dst(a_slot)
+    dst = fs.stack.result(a_slot, b)
     imm = imm_of(b, w32)
     if op in _SHIFTS and isinstance(b, Const):
         imm = b.bits & (31 if w32 else 63)

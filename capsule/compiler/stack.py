@@ -10,6 +10,8 @@ one loads them back (``spill_regs``/``reload_regs``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from capsule.bpf.asm import Reg, ldx, mov, stx
 from capsule.wasm import ValType
 
@@ -19,11 +21,14 @@ from .values import FRAME, Const, Entry, Local, Slot
 
 
 class OperandStack:
-    def __init__(self, out: Emitter, nlocals: int, regs: tuple[Reg, ...], local_regs: dict[int, Reg]) -> None:
+    def __init__(self, out: Emitter, nlocals: int, regs: tuple[Reg, ...], local_regs: dict[int, Reg],
+                 next_set: Callable[[], int | None] = lambda: None) -> None:
         self.out = out
         self.nlocals = nlocals
         self.regs = regs  # the homes of the lowest slots
         self.local_regs = local_regs  # locals that live in registers inside a region
+        self.reg_local = {r: n for n, r in local_regs.items()}
+        self.next_set = next_set  # the local the next instruction sets, if it is a local.set/tee
         self.entries: list[Entry] = []
         self.max_height = 0  # the frame gets a spill slot for each
 
@@ -112,12 +117,28 @@ class OperandStack:
         r = self.home(slot)
         return r if r is not None else T0
 
+    def result(self, slot: int, *later: Entry) -> Reg:
+        """The register to compute ``slot``'s new value in: when the next instruction stores it into a local
+        kept in a register, that register (``local.get x; i32.const 1; i32.add; local.set x`` is then one
+        add), provided no pending read of the local's old value is left below and no operand in ``later`` (those
+        the lowering reads after it has written the result) is that local; else ``dst``."""
+        n = self.next_set()
+        r = self.local_regs.get(n) if n is not None else None
+        if r is None or any(isinstance(e, Local) and e.n == n for e in (*self.entries[:slot], *later)):
+            return self.dst(slot)
+        return r
+
     def finish(self, slot: int, reg: Reg, t: ValType) -> None:
         """Record that ``reg`` holds the new value of ``slot`` (storing it if the slot lives in memory); the
-        slots above it are consumed."""
+        slots above it are consumed. A result computed in a local's register (``result``) is that local's
+        value as the next instruction, its local.set, will find it."""
+        self.truncate(slot)
+        n = self.reg_local.get(reg)
+        if n is not None:
+            self.push(Local(t, n))
+            return
         if self.home(slot) is None:
             self.out.emit(stx(8, FRAME, self.spill_off(slot), reg))
-        self.truncate(slot)
         self.push(Slot(t))
 
     def materialize(self, slot: int) -> None:

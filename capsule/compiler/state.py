@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from capsule.bpf.asm import FP, Reg, alu, exit_, ja, ldx, mov, stx
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu
-from capsule.wasm import BlockType, FuncType, Instr, Module, UnsupportedError, ValType
+from capsule.wasm import BlockType, FuncType, Instr, Module, Op, UnsupportedError, ValType
 
 from . import abi
 from .abi import BPF_FIBER, BPF_FP_SCALAR
@@ -127,7 +127,15 @@ class FunctionState:
         # the hottest locals live in callee-saved registers inside a region; the operand stack takes the rest
         local_regs, stack_regs = register_plan(func)
         self.local_regs: dict[int, Reg] = local_regs
-        self.stack = OperandStack(self, len(func.locals), stack_regs, local_regs)
+        self.stack = OperandStack(self, len(func.locals), stack_regs, local_regs, self._next_set)
+
+    def _next_set(self) -> int | None:
+        """The local the instruction after the one being lowered sets (local.set/tee), if any."""
+        body = self.func.body
+        nxt = body[self.pos + 1] if self.pos + 1 < len(body) else None
+        if nxt is not None and nxt.op in (Op.LOCAL_SET, Op.LOCAL_TEE) and isinstance(nxt.imm, int) and not self.dead:
+            return nxt.imm
+        return None
 
     def emit(self, *insns: Insn) -> None:
         self.code.emit(*insns)
