@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from capsule.bpf.asm import Reg, ldx, mov, stx
+from capsule.bpf.insn import Insn
 from capsule.wasm import ValType
 
 from . import abi
@@ -31,6 +32,7 @@ class OperandStack:
         self.next_set = next_set  # the local the next instruction sets, if it is a local.set/tee
         self.entries: list[Entry] = []
         self.max_height = 0  # the frame gets a spill slot for each
+        self._spill: tuple[int, Insn, Reg] | None = None  # the last store of a result to its memory home
 
     # -- the entries ----------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -95,6 +97,13 @@ class OperandStack:
         r = self.register_of(slot, e)
         if r is not None:
             return r
+        if isinstance(e, Slot) and self._spill is not None and self._spill[0] == slot \
+                and self.out.code.just_emitted(self._spill[1]):
+            # the value was stored to this slot by the instruction just before: it is still in that register
+            held = self._spill[2]
+            if held != temp:
+                self.out.emit(mov(temp, held))
+            return temp
         off = self.local_off(e.n) if isinstance(e, Local) else self.spill_off(slot)
         self.out.emit(ldx(8, temp, FRAME, off))
         return temp
@@ -138,7 +147,9 @@ class OperandStack:
             self.push(Local(t, n))
             return
         if self.home(slot) is None:
-            self.out.emit(stx(8, FRAME, self.spill_off(slot), reg))
+            store = stx(8, FRAME, self.spill_off(slot), reg)
+            self.out.emit(store)
+            self._spill = (slot, store, reg)
         self.push(Slot(t))
 
     def materialize(self, slot: int) -> None:
