@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capsule.toolchain.cache import cache_dir
+
 if TYPE_CHECKING:
     from capsule.compiler import Options
 
@@ -131,10 +133,7 @@ class KernelResult:
 
 # -- building ------------------------------------------------------------------------------------------------
 def _cache_dir() -> Path:
-    d = (
-        Path(os.environ.get("CAPSULE_CACHE", Path(tempfile.gettempdir()) / "capsule-cache"))
-        / "bench-integers"
-    )
+    d = cache_dir("bench-integers")
     d.mkdir(parents=True, exist_ok=True)
     return d
 

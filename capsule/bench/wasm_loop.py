@@ -36,7 +36,7 @@ from capsule.compiler import Options, compile_module
 from capsule.kernel import LogLevel
 from capsule.kernel.prog import bpf_stats
 from capsule.runtime import Instance
-from capsule.toolchain import ToolchainError
+from capsule.toolchain.clang import ToolchainError
 from capsule.wasm import load
 
 #: row key -> the build options of that profile
