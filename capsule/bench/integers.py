@@ -312,19 +312,9 @@ def machine() -> dict[str, str]:
 
 
 # -- command line --------------------------------------------------------------------------------------------
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``bench integers`` (creating the ``bench`` group, or joining it when another bench made
-    it)."""
-    bench = subparsers.choices.get("bench")
-    if bench is None:
-        bench = subparsers.add_parser(
-            "bench",
-            help="benchmarks (loop mechanisms, integer kernels, ...)",
-            description="Measure what the kernel's BPF machinery costs.",
-        )
-        bench.set_defaults(bench_commands=bench.add_subparsers(dest="bench", required=True, metavar="BENCH"))
-    group = bench.get_default("bench_commands")
-    p = group.add_parser(
+def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``bench integers`` in the ``bench`` group (``capsule.cli.bench``)."""
+    p = bench.add_parser(
         "integers",
         help="integer kernels natively (gcc -O2), under wasmtime, and in the kernel",
         description="Run integer kernels (recursive fib, sieve, crc32, sort, matrix multiply) built from the "
