@@ -59,7 +59,7 @@ class SourceEntry:
                 f"Components: {' '.join(self.components)}\nSigned-By: {self.signed_by}\n")
 
 
-def read_sources(deb822: Path = SYSTEM_DEB822, one_line: Path | None = SYSTEM_ONE_LINE) -> list[SourceEntry]:
+def read_sources(deb822: Path, one_line: Path | None = None) -> list[SourceEntry]:
     """The machine's apt entries: the deb822 file's stanzas, then the one-line file's ``deb``/``deb-src`` lines
     (a missing file has none)."""
     entries: list[SourceEntry] = []
@@ -89,7 +89,7 @@ def debian_mirror() -> str:
     its sources that is not the security archive."""
     if os.environ.get("CAPSULE_DEBIAN_MIRROR"):
         return os.environ["CAPSULE_DEBIAN_MIRROR"]
-    for entry in read_sources():
+    for entry in read_sources(SYSTEM_DEB822, SYSTEM_ONE_LINE):
         if not entry.security:
             return entry.uris[0].rstrip("/")
     return DEFAULT_DEBIAN_MIRROR
@@ -133,7 +133,7 @@ class PrivateApt:
         """The private sources file: one deb-src stanza per entry."""
         entries = self.entries
         if entries is None:
-            entries = with_backports(read_sources(self.system_sources, None))
+            entries = with_backports(read_sources(self.system_sources))
         if not entries:
             raise FetchError(f"{self.system_sources}: no Debian archive entry to derive deb-src lines from")
         return "\n".join(e.deb_src() for e in entries)
