@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from capsule.bpf.elf_format import EM_BPF
 from capsule.sources.apt import PrivateApt, Progress, Runner
 from capsule.sources.fetch import FetchError
 from capsule.toolchain.cache import cache_dir
@@ -50,7 +51,6 @@ __all__ = ["Suite", "CorpusObject", "Corpus", "SUITES", "CPUS", "cache_root", "b
 
 CPUS = ("v2", "v3")
 CLANG = "clang-19"
-EM_BPF = 247
 
 
 def cache_root() -> Path:

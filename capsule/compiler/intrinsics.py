@@ -19,6 +19,7 @@ from collections.abc import Callable
 from capsule.bpf.asm import FP as R10
 from capsule.bpf.asm import R1, R2, addr_space_cast, alu, call_helper, exit_, ja, jmp, ldx, may_goto, mov, stx
 from capsule.bpf.opcodes import Alu, Jmp
+from capsule.bpf.uapi import Helper
 from capsule.wasm import FuncType, ValType
 
 from . import abi
@@ -27,10 +28,6 @@ from .emit import T0, T1
 from .state import FunctionState
 from .values import CALLER_SAVED, Slot
 from .variables import global_addr
-
-HELPER_KTIME_GET_NS = 5
-HELPER_GET_PRANDOM_U32 = 7
-HELPER_KTIME_GET_BOOT_NS = 125
 
 SIGNATURES = {
     "yield": FuncType((), ()),
@@ -101,10 +98,10 @@ def _clock(fs: FunctionState) -> None:
         mono = fs.fresh("clk")
         done = fs.fresh("clkd")
         fs.emit(ldx(8, T1, R10, BPF_TEMP2), jmp(Jmp.JNE, T1, 0, mono, w32=True),
-                call_helper(HELPER_KTIME_GET_BOOT_NS), ldx(8, T1, R10, BPF_RUNTIME),
+                call_helper(Helper.KTIME_GET_BOOT_NS), ldx(8, T1, R10, BPF_RUNTIME),
                 ldx(8, T1, T1, abi.CTRL_REALTIME_OFFSET), alu(Alu.ADD, T0, T1), ja(done))
         fs.code.label(mono)
-        fs.emit(call_helper(HELPER_KTIME_GET_NS))
+        fs.emit(call_helper(Helper.KTIME_GET_NS))
         fs.code.label(done)
         fs.emit(stx(8, R10, BPF_TEMP2, T0))
 
@@ -119,7 +116,7 @@ def _random(fs: FunctionState) -> None:
     below = len(fs.stack)
 
     def emit_call() -> None:
-        fs.emit(call_helper(HELPER_GET_PRANDOM_U32), mov(T0, T0, w32=True), stx(8, R10, BPF_TEMP2, T0))
+        fs.emit(call_helper(Helper.GET_PRANDOM_U32), mov(T0, T0, w32=True), stx(8, R10, BPF_TEMP2, T0))
 
     _helper_call(fs, below, emit_call)
     slot = fs.stack.push(Slot(ValType.I32))

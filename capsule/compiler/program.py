@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
+from capsule.bpf.uapi import MapFlags, MapType, ProgFlags, ProgType
 from capsule.guest.softfloat import add_to_btf, library
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError
 
@@ -26,11 +27,6 @@ from .function import compile_function
 from .inline import inline_small_functions
 from .options import Options
 from .state import LoweredFunction, ModuleInfo
-
-BPF_MAP_TYPE_ARENA = 33
-BPF_F_MMAPABLE = 1 << 10
-BPF_PROG_TYPE_SYSCALL = 31
-BPF_F_SLEEPABLE = 1 << 4
 
 
 @dataclass
@@ -105,8 +101,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
 
     description, data = describe(module, opt, types, lowered, packing, info,
                                  [(slots[i], f) for i, f in func_starts])
-    window = MapSpec(abi.WINDOW_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
-    prog = ProgramSpec(abi.ENTRY_PROGRAM, "syscall", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
+    window = MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=MapFlags.MMAPABLE)
+    prog = ProgramSpec(abi.ENTRY_PROGRAM, "syscall", ProgType.SYSCALL, insns, flags=ProgFlags.SLEEPABLE,
                        func_infos=func_infos)
     return ObjectSpec(
         programs={abi.ENTRY_PROGRAM: prog},

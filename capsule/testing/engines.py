@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from capsule.compiler import Options, compile_module
+from capsule.ints import signed
 from capsule.runtime.errors import GuestExit, GuestTrap
 from capsule.runtime.instance import Instance
 from capsule.runtime.wasi_host import Guest, KernelGuest, WasiError
@@ -88,8 +89,7 @@ class WasmtimeGuest:
         return self.CLOCKS[clock]() if 0 <= clock < len(self.CLOCKS) else 0
 
     def _random(self) -> int:
-        v = self._rng.getrandbits(32)
-        return v - (1 << 32) if v >> 31 else v
+        return signed(self._rng.getrandbits(32), 32)
 
     def read(self, addr: int, size: int) -> bytes:
         return bytes(self.memory.read(self.store, addr, addr + size))
