@@ -15,7 +15,7 @@ import pytest
 from capsule.bpf.elf import read_object
 from capsule.bpf.elf_write import write_object
 from capsule.bpf.opcodes import Class, Jmp
-from capsule.cli_opt import add_parsers
+from capsule.cli.opt import add_parsers
 from capsule.opt.analysis import Analysis
 from capsule.opt.check import Checker
 from capsule.opt.passes import Edits, Pass
