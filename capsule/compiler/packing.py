@@ -15,13 +15,13 @@ code, as single functions were before.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from capsule.wasm import Module, Op
 
 from . import abi
 from .code import RegionKey
-from .state import LoweredFunction
 
 BPF_PER_WASM = 2.5
 LOOP_WEIGHT = 8
@@ -202,14 +202,14 @@ def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest
     return Plan(phys_of, len(phys_band), leaves, calls)
 
 
-def region_ids(phys: list[list[LoweredFunction]]) -> dict[RegionKey, int]:
-    """Region ids: a region's index inside its physical function, shifted left by PHYS_BITS, or'ed with the
-    physical function's number."""
+def region_ids(phys: Sequence[Sequence[Sequence[RegionKey]]]) -> dict[RegionKey, int]:
+    """Region ids, from each physical function's functions' regions: a region's index inside its physical
+    function, shifted left by PHYS_BITS, or'ed with the physical function's number."""
     ids: dict[RegionKey, int] = {}
-    for p, lowered in enumerate(phys):
+    for p, funcs in enumerate(phys):
         q = 0
-        for f in lowered:
-            for key in f.regions:
+        for regions in funcs:
+            for key in regions:
                 ids[key] = (q << abi.PHYS_BITS) | p
                 q += 1
     return ids

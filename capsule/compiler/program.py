@@ -65,7 +65,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     phys: list[list[LoweredFunction]] = [[] for _ in range(plan.nphys)]
     for f in regional:
         phys[plan.phys_of[f.index]].append(f)
-    region_ids = packing.region_ids(phys)
+    region_ids = packing.region_ids([[f.regions for f in funcs] for funcs in phys])
 
     total = Code()
     total.append(entry_program(len(phys), opt.fibers, opt.may_goto))
