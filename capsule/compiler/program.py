@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from capsule.bpf.asm import AsmError
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
@@ -26,7 +27,7 @@ from .floats import LIB_PREFIX
 from .function import compile_function
 from .inline import inline_small_functions
 from .options import Options
-from .state import LoweredFunction, ModuleInfo
+from .state import CompileError, LoweredFunction, ModuleInfo
 
 
 def compile_module(module: Module, options: Options | None = None) -> ObjectSpec:
@@ -91,7 +92,10 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     for name, code in _library_functions(info.library_used).items():
         starts.append(LIB_PREFIX + name)
         total.append(code)
-    insns = total.assemble(region_ids)
+    try:
+        insns = total.assemble(region_ids)
+    except AsmError as e:
+        raise _in_function(e, func_starts, module) from None
 
     btf = BTF()
     u64 = btf.int_id(8)
@@ -107,10 +111,10 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
             type_id = add_to_btf(btf, library()[name.removeprefix(LIB_PREFIX)])
         else:
             type_id = btf.add_func(name, phys_proto)
-        func_infos.append(FuncInfo(slots[total.labels[name]], type_id))
+        func_infos.append(FuncInfo(slots[total.position(total.labels[name])], type_id))
 
     description, data = describe(module, opt, types, lowered, region_ids, info,
-                                 [(slots[i], f) for i, f in func_starts])
+                                 [(slots[total.position(i)], f) for i, f in func_starts])
     window = MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=MapFlags.MMAPABLE)
     prog = ProgramSpec(abi.ENTRY_PROGRAM, "xdp", ProgType.XDP, insns, func_infos=func_infos)
     return ObjectSpec(
@@ -133,6 +137,16 @@ def direct_returners(sites: dict[tuple[int, int], int], info: ModuleInfo) -> fro
         if a != b and info.direct(a, b):
             outside[b] = outside.get(b, 0) + n
     return frozenset(b for b in info.direct_callees if outside.get(b, 0) <= 1)
+
+
+def _in_function(e: AsmError, starts: list[tuple[int, int]], m: Module) -> CompileError:
+    """The assembler's error, naming the wasm function whose code holds the instruction."""
+    func = None
+    for at, f in starts:
+        if e.index is not None and at <= e.index:
+            func = f
+    name = (m.func_name(func) or f"func{func}") if func is not None else "the dispatcher"
+    return CompileError(f"{e}", func=func, func_name=name)
 
 
 def _returns_directly(f: LoweredFunction) -> bool:
