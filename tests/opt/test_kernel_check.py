@@ -22,6 +22,8 @@ from capsule.opt.passes import Edits, Pass
 from capsule.opt.pipeline import make_passes, optimize_object
 from tests.clang import CORPUS, compile_bpf
 
+pytestmark = pytest.mark.requires_bpf
+
 BPFTOOL = "/usr/sbin/bpftool"
 
 

@@ -4,6 +4,8 @@ instructions once copy propagation has removed the copies."""
 
 from __future__ import annotations
 
+import pytest
+
 from capsule.bpf.asm import R0, R1, R2, R3, R4, R5, R7, R8, R9, R10, alu, call_helper, exit_, jmp, ldx, mov, stx
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.bpf.spec import ObjectSpec
@@ -69,6 +71,7 @@ def test_not_for_context_without_packet_pointers() -> None:
 
 
 # -- in the kernel ----------------------------------------------------------------------------------------------
+@pytest.mark.requires_bpf
 def test_pktreuse_with_copyprop_is_proven_and_costs_the_verifier_less() -> None:
     body = (call_helper(8), stx(8, R10, -8, R0),
             ldx(4, R3, R7, 4), mov(R2, R8), alu(Alu.ADD, R2, 34), jmp(Jmp.JGT, R2, R3, "out"),

@@ -3,6 +3,8 @@ copyprop. What each must rewrite, what it must leave alone, and a kernel-checked
 
 from __future__ import annotations
 
+import pytest
+
 from capsule.bpf.asm import (
     R0,
     R1,
@@ -188,6 +190,7 @@ def _waste_object() -> ObjectSpec:
     return ObjectSpec(programs={"t": ps}, maps=maps, btf=None, license="GPL")
 
 
+@pytest.mark.requires_bpf
 def test_waste_passes_are_proven_in_the_kernel() -> None:
     spec = _waste_object()
     with Checker(spec) as checker:
