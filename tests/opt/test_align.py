@@ -1,6 +1,6 @@
-"""The alignment pass on the byte-wise accesses the Sysdig probe is full of (packed structs in a per-CPU map
-value): values shifted in place between their byte stores, one value stored to two places, windows inside
-larger groups, byte-wise copies between two buffers; and the unsafe variants it must leave alone."""
+"""The ``align`` pass: byte-wise loads and stores merged into wide ones where the pieces, their order, the
+alignment and every access in between allow it (the packed structs of the Sysdig probe are full of them),
+and the variants it must leave alone; what makes it cheap must not change what it finds."""
 
 from __future__ import annotations
 
@@ -27,10 +27,14 @@ from capsule.bpf.asm import (
 )
 from capsule.bpf.opcodes import Alu
 from capsule.kernel.consts import ProgType
+from capsule.opt.analysis import Analysis
+from capsule.opt.blockvals import BlockValues
+from capsule.opt.passes.align import Align
+from capsule.opt.passes.base import Edits
+from capsule.opt.rewrite import Code
 
-from .fixtures import prog, run_pass
+from .fixtures import FILLER, MV, PKT, packet_prog, prog, run_pass
 
-MV = (ld_map_value(R7, ".bss", 0), ld_map_value(R8, ".data", 0))  # r7, r8: two map values (different maps)
 END = (mov(R0, 0), exit_())
 
 
@@ -43,7 +47,76 @@ def _lines(ps) -> tuple[list[str], int]:
     return out[2:-2], n
 
 
-# -- stores of one value's bytes ---------------------------------------------------------------------------
+def _spilled(*after):
+    # byte 0 goes through the stack (register pressure): load, spill, ..., fill, store
+    return (ldx(1, R1, R8, 0), stx(8, R10, -8, R1), ldx(1, R2, R8, 1), ldx(1, R3, R8, 2), ldx(1, R4, R8, 3),
+            stx(1, R7, 1, R2), stx(1, R7, 2, R3), stx(1, R7, 3, R4), ldx(8, R1, R10, -8), stx(1, R7, 0, R1), *after)
+
+
+def _copy_and_decode(*, extra=()):
+    return (ldx(1, R2, R8, 0x28), ldx(1, R3, R8, 0x29), ldx(1, R4, R8, 0x2a), ldx(1, R1, R8, 0x2b),
+            stx(1, R7, 0x19, R1), stx(1, R7, 0x18, R4), stx(1, R7, 0x17, R3), stx(1, R7, 0x16, R2), *extra,
+            alu(Alu.LSH, R3, 8), alu(Alu.OR, R3, R2), alu(Alu.LSH, R4, 16), alu(Alu.LSH, R1, 24),
+            alu(Alu.OR, R1, R4), alu(Alu.OR, R1, R3), alu(Alu.ADD, R1, 0x1a), stx(8, R7, 0x14, R1))
+
+
+def _u64_bytewise(*after) -> tuple:
+    """clang's 8-byte load from a packed struct at ``r8 + 0x1c`` (two 4-byte halves, the high one 32-bit),
+    into r5, as the Sysdig probe has it."""
+    return (mov(R0, 0),
+            ldx(1, R3, R8, 0x1c), ldx(1, R5, R8, 0x1d), alu(Alu.LSH, R5, 8), alu(Alu.OR, R5, R3),
+            ldx(1, R9, R8, 0x1e), alu(Alu.LSH, R9, 16), ldx(1, R3, R8, 0x1f), alu(Alu.LSH, R3, 24),
+            alu(Alu.OR, R3, R9), alu(Alu.OR, R3, R5),
+            ldx(1, R4, R8, 0x21), alu(Alu.LSH, R4, 8, w32=True), ldx(1, R5, R8, 0x20), alu(Alu.OR, R4, R5, w32=True),
+            ldx(1, R9, R8, 0x22), alu(Alu.LSH, R9, 16, w32=True), ldx(1, R5, R8, 0x23),
+            alu(Alu.LSH, R5, 24, w32=True), alu(Alu.OR, R5, R9, w32=True), alu(Alu.OR, R5, R4, w32=True),
+            alu(Alu.LSH, R5, 32), alu(Alu.OR, R5, R3),
+            *after, stx(8, R7, 0, R5), exit_())
+
+
+def test_align_merges_byte_loads_from_the_packet() -> None:
+    ps = packet_prog(ldx(1, R1, R7, 13), alu(Alu.LSH, R1, 8, w32=True), ldx(1, R2, R7, 12),
+              alu(Alu.OR, R1, R2, w32=True), stx(8, R10, -8, R1))
+    out, n = run_pass("align", ps)
+    assert n == 1
+    assert out[len(PKT):len(PKT) + 2] == ["r1 = *(u16 *)(r7 + 0xc)", "*(u64 *)(r10 - 0x8) = r1"]
+
+
+def test_align_merges_four_bytes_and_two_halves() -> None:
+    ps = packet_prog(ldx(1, R1, R7, 3), alu(Alu.LSH, R1, 24), ldx(1, R2, R7, 2), alu(Alu.LSH, R2, 16),
+              alu(Alu.OR, R1, R2), ldx(2, R2, R7, 0), alu(Alu.OR, R1, R2), stx(8, R10, -8, R1))
+    out, _ = run_pass("align", ps)
+    assert "r1 = *(u32 *)(r7 + 0x0)" in out and len(out) == len(PKT) + 2 + 2
+
+
+def test_align_leaves_wrong_order_reused_parts_and_interleaved_stores() -> None:
+    big_endian = packet_prog(ldx(1, R1, R7, 12), alu(Alu.LSH, R1, 8), ldx(1, R2, R7, 13), alu(Alu.OR, R1, R2),
+                      stx(8, R10, -8, R1))
+    assert run_pass("align", big_endian)[1] == 0
+    reused = packet_prog(ldx(1, R1, R7, 13), alu(Alu.LSH, R1, 8), ldx(1, R2, R7, 12), alu(Alu.OR, R1, R2),
+                  stx(8, R10, -8, R2))
+    assert run_pass("align", reused)[1] == 0
+    clobbered = packet_prog(ldx(1, R1, R7, 13), alu(Alu.LSH, R1, 8), st(1, R7, 12, 0), ldx(1, R2, R7, 12),
+                     alu(Alu.OR, R1, R2), stx(8, R10, -8, R1))
+    assert run_pass("align", clobbered)[1] == 0
+
+
+def test_align_on_the_stack_needs_alignment() -> None:
+    body = (st(8, R10, -8, 0), ldx(1, R1, R10, -7), alu(Alu.LSH, R1, 8), ldx(1, R2, R10, -8),
+            alu(Alu.OR, R1, R2), mov(R0, R1), exit_())
+    assert run_pass("align", prog(*body, ptype=ProgType.SYSCALL))[1] == 1
+    odd = (st(8, R10, -8, 0), ldx(1, R1, R10, -6), alu(Alu.LSH, R1, 8), ldx(1, R2, R10, -7),
+           alu(Alu.OR, R1, R2), mov(R0, R1), exit_())
+    assert run_pass("align", prog(*odd, ptype=ProgType.SYSCALL))[1] == 0
+
+
+def test_align_merges_byte_stores_of_a_shifted_value() -> None:
+    ps = packet_prog(ldx(4, R4, R7, 0), mov(R2, R4), alu(Alu.RSH, R2, 8), stx(1, R7, 5, R2), stx(1, R7, 4, R4))
+    out, n = run_pass("align", ps)
+    assert n == 1
+    assert out[len(PKT):len(PKT) + 2] == ["r4 = *(u32 *)(r7 + 0x0)", "*(u16 *)(r7 + 0x4) = r4"]
+
+
 def test_value_shifted_in_place_stored_from_the_last_intact_point() -> None:
     # clang's last piece: ``*(u8 *)(r7 + 0) = r2; r2 >>= 8; *(u8 *)(r7 + 1) = r2``: r2 is no longer the value
     body = (ldx(8, R2, R8, 0),
@@ -121,19 +194,12 @@ def test_stack_stores_stay_aligned() -> None:
     assert run_pass("align", _mv(*even))[1] == 1
 
 
-# -- byte-wise copies ----------------------------------------------------------------------------------------
 def test_byte_copy_between_map_values() -> None:
     body = (ldx(1, R1, R8, 5), ldx(1, R2, R8, 4), ldx(1, R3, R8, 7), ldx(1, R4, R8, 6),
             stx(1, R7, 2, R4), stx(1, R7, 3, R3), stx(1, R7, 0, R2), stx(1, R7, 1, R1))
     out, n = _lines(_mv(*body))
     assert n == 1
     assert out == ["r4 = *(u32 *)(r8 + 0x4)", "*(u32 *)(r7 + 0x0) = r4"]
-
-
-def _spilled(*after):
-    # byte 0 goes through the stack (register pressure): load, spill, ..., fill, store
-    return (ldx(1, R1, R8, 0), stx(8, R10, -8, R1), ldx(1, R2, R8, 1), ldx(1, R3, R8, 2), ldx(1, R4, R8, 3),
-            stx(1, R7, 1, R2), stx(1, R7, 2, R3), stx(1, R7, 3, R4), ldx(8, R1, R10, -8), stx(1, R7, 0, R1), *after)
 
 
 def test_byte_copy_through_a_spilled_piece() -> None:
@@ -208,14 +274,6 @@ def test_interleaved_byte_copy_left_alone_when_the_ranges_may_overlap() -> None:
     assert run_pass("align", _mv(*apart))[1] == 1
 
 
-# -- a field both copied and decoded ---------------------------------------------------------------------
-def _copy_and_decode(*, extra=()):
-    return (ldx(1, R2, R8, 0x28), ldx(1, R3, R8, 0x29), ldx(1, R4, R8, 0x2a), ldx(1, R1, R8, 0x2b),
-            stx(1, R7, 0x19, R1), stx(1, R7, 0x18, R4), stx(1, R7, 0x17, R3), stx(1, R7, 0x16, R2), *extra,
-            alu(Alu.LSH, R3, 8), alu(Alu.OR, R3, R2), alu(Alu.LSH, R4, 16), alu(Alu.LSH, R1, 24),
-            alu(Alu.OR, R1, R4), alu(Alu.OR, R1, R3), alu(Alu.ADD, R1, 0x1a), stx(8, R7, 0x14, R1))
-
-
 def test_bytes_copied_and_decoded_become_one_load_and_one_store() -> None:
     out, n = _lines(_mv(*_copy_and_decode()))
     assert n >= 1  # the inner half first, then the whole
@@ -245,7 +303,6 @@ def test_copied_and_decoded_left_alone_when_unsafe() -> None:
     assert run_pass("align", _mv(*called))[1] == 0
 
 
-# -- the last piece's load overwrites the base ---------------------------------------------------------------
 def test_load_whose_last_piece_overwrites_the_base() -> None:
     body = (mov(R0, R8), ldx(2, R2, R0, 0x28), ldx(1, R3, R0, 0x2a), alu(Alu.LSH, R3, 16), ldx(1, R0, R0, 0x2b),
             alu(Alu.LSH, R0, 24), alu(Alu.OR, R0, R3), alu(Alu.OR, R0, R2), stx(8, R7, 0, R0))
@@ -273,15 +330,38 @@ def test_byte_copy_through_copies_of_the_destination_pointer() -> None:
     assert "r3 = *(u16 *)(r8 + 0x0)" in out and "*(u16 *)(r5 + 0x0) = r3" in out
 
 
-def test_block_values_name_values_not_registers() -> None:
-    from capsule.opt.analysis import Analysis
-    from capsule.opt.blockvals import BlockValues
-    from capsule.opt.rewrite import Code
+def test_nested_composition_merged_whole_in_one_rewrite() -> None:
+    out, n = run_pass("align", prog(*MV, *_u64_bytewise()))
+    assert n == 1  # not the 2-byte, then 4-byte, then 8-byte halves one round after the other
+    assert out[2:] == ["r0 = 0x0", "r5 = *(u64 *)(r8 + 0x1c)", "*(u64 *)(r7 + 0x0) = r5", "exit"]
 
-    ps = prog(mov(R6, R1), mov(R7, R6), mov(R8, R6, w32=True), call_helper(5), mov(R0, 0), exit_())
+
+def test_composition_in_a_long_block_merged_in_one_round() -> None:
+    # r9's shifted piece is not overwritten for more than WINDOW instructions: still known to have one reader
+    ps = prog(*MV, *_u64_bytewise(*FILLER))
+    code = Code.from_program(ps)
+    e = Edits()
+    Align().find(Analysis.of(code, ps.type), e)
+    assert e.rewrites == 1
+    out, _ = run_pass("align", ps)
+    assert out[3] == "r5 = *(u64 *)(r8 + 0x1c)" and len(out) == 2 + 1 + 1 + len(FILLER) + 2
+
+
+def test_remembered_traces_equal_fresh_ones_at_every_depth() -> None:
+    ps = prog(*MV, *_u64_bytewise())
     a = Analysis.of(Code.from_program(ps), ps.type)
-    v = BlockValues(a)
-    assert v.value_id(2, 7) == v.value_id(2, 6) == v.value_id(0, 1)  # 64-bit copies: the same value
-    assert v.value_id(3, 8) != v.value_id(3, 6)  # a 32-bit copy truncates
-    assert v.value_id(0, 1) != v.value_id(0, 2)  # each register's own value on entry
-    assert len({v.value_id(4, r) for r in range(6)}) == 6  # a call's clobbered registers are all different
+    ors = [i for i, ins in enumerate(a.code.insns) if (ins.code & 0xF0) == Alu.OR]
+    p = Align()
+    p._ids = BlockValues(a)
+    for depth in (0, 18, 22, 24, 25):
+        for i in ors:
+            for reg in (a.code.insns[i].dst, a.code.insns[i].src):
+                p._traced = {}
+                fresh = p._trace(a, reg, i, False, depth)
+                for warm in (0, depth):  # remembered from a shallower call, and from one as deep
+                    p._traced = {}
+                    for j in ors:
+                        p._trace(a, a.code.insns[j].dst, j, False, warm)
+                    assert p._trace(a, reg, i, False, depth) == fresh
+    p._traced = {}
+    assert p._trace(a, R5, ors[-1], False, 0) is not None and p._trace(a, R5, ors[-1], False, 25) is None
