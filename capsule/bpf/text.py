@@ -401,7 +401,8 @@ def format_program(insns: list[Insn], *, alu32: bool = False) -> list[str]:
     for i, (ins, pc) in enumerate(zip(insns, slots, strict=True)):
         if i in names:
             out.append(f"{names[i]}:")
-        text = format_insn(ins, pc, symbols, alu32=alu32)
+        named = ins.is_jump and any(at <= pc + 1 + ins.jump_offset() for at in symbols)
+        text = format_insn(ins, pc, symbols if named else None, alu32=alu32)  # no objdump `<0x10>` before a label
         note = _note_of(ins, pc, symbols)
         out.append(f"    {text} {note}" if note else f"    {text}")
     return out
