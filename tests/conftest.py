@@ -26,6 +26,11 @@ MARKER = "requires_bpf"
 pytest_plugins = ["pytester"]  # tests/test_conftest.py runs the guard on a sample
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--bless", action="store_true",
+                     help="write what the code now produces into the text fixtures that differ (tests/opt/filetests)")
+
+
 # -- fd leaks ------------------------------------------------------------------------------------------------
 def _check_fds(kernel_only: bool) -> Iterator[None]:
     before = open_fds(kernel_only=kernel_only)

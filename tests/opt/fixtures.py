@@ -61,15 +61,6 @@ def text(ps: ProgramSpec) -> list[str]:
 
 
 # -- programs shared by several modules ----------------------------------------------------------------------
-PKT = (ldx(4, R7, R1, 0), ldx(4, R3, R1, 4), mov(R2, R7), alu(Alu.ADD, R2, 16), jmp(Jmp.JGT, R2, R3, "out"))
-_PKT_OUT = (mov(R0, 2), exit_())
-
-
-def packet_prog(*body: Insn, ptype: int = ProgType.XDP) -> ProgramSpec:
-    """``body`` after XDP's bounds check of 16 packet bytes at r7 (``PKT``); out of bounds goes to ``out``."""
-    return prog(*PKT, *body, *_PKT_OUT, labels={"out": len(PKT) + len(body)}, ptype=ptype)
-
-
 MV = (ld_map_value(R7, ".bss", 0), ld_map_value(R8, ".data", 0))  # r7, r8: two map values (different maps)
 FILLER = tuple(alu(Alu.ADD, R0, 1) for _ in range(WINDOW + 6))  # longer than the windowed scans look
 
