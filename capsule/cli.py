@@ -19,39 +19,15 @@ def _read(path: str):  # -> ObjectSpec
         return read_object(Path(path))
     except FileNotFoundError:
         raise SystemExit(f"capsule: {path}: no such file") from None
-    except ObjectError as e:
-        raise SystemExit(f"capsule: {path}: {e}") from None
+    except ObjectError as e:  # its message starts with the path
+        raise SystemExit(f"capsule: {e}") from None
 
 
 def cmd_disasm(args: argparse.Namespace) -> int:
-    from capsule.bpf.disasm import disassemble
+    from capsule.bpf.disasm import disassemble_object
 
-    spec = _read(args.object)
-    out = sys.stdout
-    for name, ps in spec.programs.items():
-        slots = sum(i.slots() for i in ps.insns)
-        out.write(f"{name}: section {ps.section}, {slots} instruction slots\n")
-        symbols = _function_symbols(spec, ps)
-        pc = 0
-        for ins, text in zip(ps.insns, disassemble(ps.insns, symbols), strict=True):
-            if pc in symbols:
-                out.write(f"<{symbols[pc]}>:\n")
-            out.write(f"{pc:8}:\t{text}\n")
-            pc += ins.slots()
-        out.write("\n")
+    sys.stdout.write("\n".join(disassemble_object(_read(args.object), args.object)) + "\n")
     return 0
-
-
-def _function_symbols(spec, ps) -> dict[int, str]:
-    """Slot offset -> function name, from the program's func_info (entry and linked subprograms)."""
-    names: dict[int, str] = {0: ps.name}
-    if spec.btf is not None:
-        for fi in ps.func_infos:
-            try:
-                names[fi.insn_off] = spec.btf.name_of(fi.type_id)
-            except (KeyError, IndexError):
-                pass
-    return names
 
 
 def verify_rows(path: str) -> list[dict]:
@@ -61,13 +37,17 @@ def verify_rows(path: str) -> list[dict]:
     from capsule.kernel.errors import BPFError, VerifierError
 
     spec = _read(path)
+    if not spec.programs:
+        unplaced = spec.unlinked.unplaced if spec.unlinked is not None else []
+        why = "; ".join(str(u) for u in unplaced) if unplaced else "the object holds no code"
+        raise SystemExit(f"capsule: {path}: no program to load ({why})")
     rows: list[dict] = []
     btf_fd = load_object_btf(spec)
     maps = {}
     try:
         maps = create_maps(spec, btf_fd)
         for name, ps in spec.programs.items():
-            tname = ProgType(ps.type).name.lower() if ps.type in ProgType._value2member_map_ else str(ps.type)
+            tname = ProgType(ps.type).label.lower()
             row: dict = {"program": name, "type": tname, "insns": sum(i.slots() for i in ps.insns)}
             try:
                 prog = load_program(ps, maps, btf_fd, log_level=LogLevel.BRANCHES | LogLevel.STATS)

@@ -37,7 +37,12 @@ def cmd_opt(args: argparse.Namespace) -> int:
     from capsule.bpf.elf import ObjectError, read_object
     from capsule.bpf.elf_write import write_object
     from capsule.opt.check import Checker
-    from capsule.opt.pipeline import make_passes, optimize_object
+    from capsule.opt.pipeline import (
+        CodeOutsideProgramsError,
+        make_passes,
+        optimize_object,
+        refuse_code_outside_programs,
+    )
 
     try:
         spec = read_object(Path(args.object))
@@ -47,6 +52,10 @@ def cmd_opt(args: argparse.Namespace) -> int:
         passes = make_passes([p.strip() for p in args.passes.split(",") if p.strip()])
     except ValueError as e:
         raise SystemExit(f"capsule opt: {e}") from None
+    try:
+        refuse_code_outside_programs(spec)  # before loading anything
+    except CodeOutsideProgramsError as e:
+        raise SystemExit(f"capsule opt: {args.object}: {e}") from None
     checker = None if args.no_check else Checker(spec)
     try:
         if checker is not None:

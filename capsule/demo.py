@@ -16,8 +16,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from capsule.bpf.uapi import XDPAction
+
 BLOCKED_PORT = 9999
-XDP = {1: "XDP_DROP", 2: "XDP_PASS"}
+XDP = {a: f"XDP_{a.name}" for a in (XDPAction.DROP, XDPAction.PASS)}
 PROTO = {1: "icmp", 6: "tcp", 17: "udp"}
 
 

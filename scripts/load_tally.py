@@ -34,8 +34,8 @@ from capsule.bpf.btf_types import DeclTag, Func
 from capsule.bpf.elf import ObjectError, read_object
 from capsule.bpf.elf_sections import SectionType
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
+from capsule.bpf.uapi import MapType, ProgType
 from capsule.kernel.collection import LoadError, create_maps, load_object_btf, load_program
-from capsule.kernel.consts import MapType, ProgType
 from capsule.kernel.errors import BPFError, VerifierError
 from capsule.kernel.maps import Map
 from capsule.kernel.sys import FD

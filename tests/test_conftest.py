@@ -3,6 +3,7 @@ that swallows the error, and leaves marked tests and tests that need no kernel a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def test_needs_no_kernel():
 
 def test_unmarked_bpf_use_fails_and_names_the_marker(pytester: pytest.Pytester,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     pytester.makeconftest("from tests.conftest import *  # noqa: F403 - the hooks and fixtures under test\n")
     pytester.makeini("[pytest]\nmarkers =\n    requires_bpf: needs BPF\naddopts = --strict-markers\n")
     pytester.makepyfile(test_sample=SAMPLE)

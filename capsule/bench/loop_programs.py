@@ -55,6 +55,7 @@ from capsule.bpf.btf import BTF, Linkage
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.bpf.spec import FuncInfo
+from capsule.bpf.uapi import Helper, XDPAction
 
 OUT_MAP = "out"
 OFF_SUM = 0  # u64: the accumulator's final value
@@ -71,10 +72,6 @@ OUT_SIZE = 72
 STATUS_DONE = 0
 STATUS_CUT = 1
 STATUS_PENDING = 2
-
-HELPER_KTIME_GET_NS = 5
-HELPER_BPF_LOOP = 181
-XDP_PASS = 2
 
 BPF_MAX_LOOPS = 1 << 23  # bpf_loop's and bpf_iter_num's cap on iterations (kernel/bpf/bpf_iter.c, helpers.c)
 DISPATCH_BUDGET = 1 << 14  # dispatcher iterations per invocation; the verifier walks each one
@@ -143,20 +140,20 @@ def _accumulate(b: Builder, base: Reg, off: int, value: Reg, body: int, tmp: Reg
 def _prologue(b: Builder) -> None:
     """r6 = &out; status = 0; sum = 0; r9 = start time (r6..r9 survive calls)."""
     b.emit(ld_map_value(R6, OUT_MAP), st(8, R6, OFF_STATUS, STATUS_DONE), st(8, FP, _SUM, 0))
-    b.emit(call_helper(HELPER_KTIME_GET_NS), mov(R9, R0))
+    b.emit(call_helper(Helper.KTIME_GET_NS), mov(R9, R0))
 
 
 def _epilogue(b: Builder, *, sum_from_out: bool = False) -> None:
     """Add the elapsed time and one run to ``out``, copy the accumulator out, return XDP_PASS."""
     b.label("epilogue")
-    b.emit(call_helper(HELPER_KTIME_GET_NS), alu(Alu.SUB, R0, R9))
+    b.emit(call_helper(Helper.KTIME_GET_NS), alu(Alu.SUB, R0, R9))
     b.emit(ldx(8, R1, R6, OFF_ELAPSED), alu(Alu.ADD, R1, R0), stx(8, R6, OFF_ELAPSED, R1))
     b.emit(ldx(8, R1, R6, OFF_RUNS), alu(Alu.ADD, R1, 1), stx(8, R6, OFF_RUNS, R1))
     if sum_from_out:
         b.emit(ldx(8, R1, R6, OFF_ACC))
     else:
         b.emit(ldx(8, R1, FP, _SUM))
-    b.emit(stx(8, R6, OFF_SUM, R1), mov(R0, XDP_PASS), exit_())
+    b.emit(stx(8, R6, OFF_SUM, R1), mov(R0, XDPAction.PASS), exit_())
 
 
 def _check_imm(n: int) -> None:
@@ -222,7 +219,7 @@ def gen_bpf_loop(n: int, body: int = 1) -> LoopProgram:
     b = Builder()
     _prologue(b)
     b.emit(mov(R1, n), ld_func(R2, "step"), mov(R3, FP), alu(Alu.ADD, R3, _SUM), mov(R4, 0))
-    b.emit(call_helper(HELPER_BPF_LOOP))
+    b.emit(call_helper(Helper.LOOP))
     # the helper returns a long, but the kernel's inlined copy sets a 32-bit -E2BIG: compare as signed 32
     b.emit(movsx(R0, R0, 32), jmp(Jmp.JSGE, R0, 0, "ok"))
     b.emit(stx(8, R6, OFF_STATUS, R0), mov(R0, 0))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import statistics
 import sys
 import time
@@ -28,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
-from capsule.kernel.consts import MapType
+from capsule.bpf.uapi import MapType
+from capsule.kernel.maps import possible_cpus
 
 Progress = Callable[[str], None]
 
@@ -136,6 +136,9 @@ class OptReport:
     rows: list[ProgramRow]
     failures: list[dict[str, str]]  # objects that could not be read, corpus build failures
     seconds: float = 0.0
+    # objects with code outside any program (.text functions no program calls, code no STT_FUNC covers): that
+    # code is not optimised and in no total; their programs, if any, are measured as usual
+    apart: list[dict[str, Any]] = field(default_factory=list)
 
     def suites(self) -> list[str]:
         return list(dict.fromkeys(r.suite for r in self.rows))
@@ -149,28 +152,15 @@ class OptReport:
 
 # -- measuring ---------------------------------------------------------------------------------------------------
 def _type_name(ps: ProgramSpec) -> str:
-    from capsule.kernel.consts import ProgType
+    from capsule.bpf.uapi import ProgType
 
-    try:
-        return ProgType(ps.type).name.lower()
-    except ValueError:
-        return str(ps.type)
+    return ProgType(ps.type).label.lower()
 
 
 def _best(stats: Sequence[Any]) -> Any:
     """Of several loads of the same program, the one with the least verification time (one is noisy)."""
     good = [s for s in stats if s is not None]
     return min(good, key=lambda s: s.verification_time_us or 0) if good else None
-
-
-def possible_cpus() -> int:
-    """The kernel's possible CPUs (``/sys/devices/system/cpu/possible``, e.g. ``0-1``), as libbpf counts them."""
-    try:
-        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
-        return sum(int(b) - int(a) + 1 for a, _, b in (r.partition("-") if "-" in r else (r, "", r)
-                                                         for r in text.split(",")))
-    except (OSError, ValueError):
-        return os.cpu_count() or 1
 
 
 # local-storage maps must be declared with max_entries 0 (the kernel refuses anything else)
@@ -276,7 +266,7 @@ def _own_sections(suite: str) -> dict | None:
     """Section names only the suite's own loader knows, typed as that loader types them (Suricata's ``filter``
     and ``loadbalancer`` are socket filters it attaches with ``SO_ATTACH_BPF``)."""
     from capsule.bpf.elf_sections import SectionType
-    from capsule.kernel.consts import ProgType
+    from capsule.bpf.uapi import ProgType
 
     if suite == "suricata":
         return {"filter": SectionType(ProgType.SOCKET_FILTER), "loadbalancer": SectionType(ProgType.SOCKET_FILTER)}
@@ -303,6 +293,11 @@ def run_bench(objects: Sequence[tuple[str, str, str, Path]], passes: Sequence[st
             continue
         if progress:
             progress(f"{suite}/{cpu}/{name}: {len(spec.programs)} programs")
+        unplaced = spec.unlinked.unplaced if spec.unlinked is not None else []
+        if unplaced:
+            report.apart.append({"suite": suite, "object": name, "cpu": cpu,
+                                 "slots": sum(u.end - u.start for u in unplaced),
+                                 "why": "; ".join(str(u) for u in unplaced)})
         report.rows += measure_object(spec, suite, name, cpu, passes, check, per_pass, max_insns)
     report.seconds = time.perf_counter() - t0
     return report
@@ -380,6 +375,12 @@ def render(report: OptReport, console: Any) -> None:
     console.print(f"verified before but not after: {len(regressed)}; pass results the checker rolled back "
                   f"(verifier refusal or behaviour difference, never shipped): {len(rolled)}; "
                   f"optimizer/checker errors: {len(errors)}")
+    if report.apart:
+        n = len(report.apart)
+        console.print(f"{n} object{' holds' if n == 1 else 's hold'} code outside any program "
+                      f"({sum(a['slots'] for a in report.apart):,} slots, not optimised, in no total)")
+        for a in report.apart[:20]:
+            console.print(f"  {a['suite']}/{a['cpu']}/{a['object']}: {a['why'][:150]}")
     for r, why in rolled[:20]:
         console.print(f"  rolled back {r.suite}/{r.cpu}/{r.object}:{r.program}: {why[:150]}")
     for r in (regressed + errors)[:20]:

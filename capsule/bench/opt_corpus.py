@@ -40,12 +40,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from capsule.bpf.elf_format import EM_BPF
+
 __all__ = ["Suite", "CorpusObject", "Corpus", "SUITES", "CPUS", "cache_root", "AptSources", "build_corpus",
            "extract_embedded_bpf", "load_manifest"]
 
 CPUS = ("v2", "v3")
 CLANG = "clang-19"
-EM_BPF = 247
 Progress = Callable[[str], None]
 Runner = Callable[..., subprocess.CompletedProcess]
 

@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from capsule.compiler import Options, compile_module
+from capsule.ints import signed
 from capsule.kernel import LogLevel
 from capsule.kernel.prog import bpf_stats
 from capsule.runtime import Instance
@@ -88,8 +89,7 @@ def module_bytes(bound: int | None = None) -> bytes:
 
 def expected_sum(n: int) -> int:
     """``sum(n)`` as the guest returns it: 0 + 1 + ... + (n-1), wrapped to a signed i64."""
-    v = (n * (n - 1) // 2) & (1 << 64) - 1
-    return v - (1 << 64) if v >> 63 else v
+    return signed(n * (n - 1) // 2, 64)
 
 
 @dataclass

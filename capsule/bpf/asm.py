@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from capsule.ints import signed, unsigned
+
 from .insn import Insn, slot_offsets
 from .opcodes import (
     ADDR_SPACE_CAST,
     BYTES_SIZE,
     LD_IMM64,
+    NUM_REGS,
     Alu,
     Atomic,
     CallKind,
@@ -112,7 +115,7 @@ class Reg(int):
         return f"r{int(self)}"
 
 
-R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = (Reg(i) for i in range(11))
+R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = (Reg(i) for i in range(NUM_REGS))
 FP = R10  # the read-only frame pointer
 
 Operand = Reg | int
@@ -132,7 +135,7 @@ def _imm32(v: int) -> int:
     if v in _S32:
         return v
     if v in _U32:
-        return v - (1 << 32)
+        return signed(v, 32)
     raise AsmError(f"immediate {v:#x} does not fit in 32 bits")
 
 
@@ -232,7 +235,7 @@ def ld_imm64(dst: Reg, value: int) -> Insn:
     """``dst = value`` for any 64-bit value (two slots). Negative values are stored two's-complement."""
     if not -(1 << 63) <= value < 1 << 64:
         raise AsmError(f"ld_imm64 value {value:#x} does not fit in 64 bits")
-    return Insn(LD_IMM64, _reg(dst), Pseudo.NONE, 0, value & 0xFFFFFFFFFFFFFFFF)
+    return Insn(LD_IMM64, _reg(dst), Pseudo.NONE, 0, unsigned(value))
 
 
 def ld_map_fd(dst: Reg, map_name: str) -> Insn:
@@ -428,7 +431,7 @@ def resolve(insns: list[Insn], labels: dict[str, int] | None = None, *, relax: b
 
 def _with_offset(ins: Insn, idx: int, delta: int, relax: bool) -> Insn:
     if ins.is_ld_imm64:  # ld_func: the low word is the signed offset, the high word zero
-        return replace(ins, imm=delta & 0xFFFFFFFF, ref=None)
+        return replace(ins, imm=unsigned(delta, 32), ref=None)
     if ins.is_call or ins.is_gotol:
         if delta not in _S32:
             raise AsmError(f"instruction {idx}: target of {ins.ref!r} is {delta} slots away, beyond 32 bits")

@@ -43,6 +43,7 @@ from .btf_types import (
     decode_type,
     encode_type,
     record_size,
+    referenced_ids,
 )
 
 __all__ = ["BTF", "BTFError", "StringTable", "Kind", "Linkage", "IntEncoding", "VMLINUX"]
@@ -187,6 +188,18 @@ class BTF:
         return t
 
     __getitem__ = type_by_id
+
+    def check_references(self) -> None:
+        """Raise ``BTFError`` for a type that refers to a type id this BTF does not have. A reader of a foreign
+        object calls it once, so that a malformed blob is refused where it is read, not wherever one of its
+        types is first followed."""
+        n = len(self._types)
+        for tid in range(1, n):
+            t = self.type_by_id(tid)
+            for ref in referenced_ids(t):
+                if not 0 <= ref < n:
+                    raise BTFError(f"type id {tid} ({t.kind.name} {t.name!r}) refers to type id {ref}, which does "
+                                   f"not exist (ids 0..{n - 1})")
 
     def iter_types(self) -> Iterator[Type]:
         """Every type from id 1 on, in id order."""

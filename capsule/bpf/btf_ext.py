@@ -11,16 +11,15 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .btf import BTFError, StringTable
+from .btf import MAGIC, BTFError, StringTable
+from .insn import SLOT
 from .spec import FuncInfo, LineInfo
 
-MAGIC = 0xEB9F
 _HDR = struct.Struct("<HBBIIIII")  # up to line_info_len
 _CORE = struct.Struct("<II")
 FUNC_REC = 8
 LINE_REC = 16
 CORE_REC = 16
-SLOT = 8
 
 
 @dataclass

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar, Protocol
 
+from capsule.ints import signed
+
 _HDR = struct.Struct("<III")
 _U32 = struct.Struct("<I")
 _2U32 = struct.Struct("<II")
@@ -351,8 +353,8 @@ def decode_type(buf: bytes | memoryview, off: int, strings: Strings) -> Type:
         vals = []
         for i in range(vlen):
             vn, v = _2U32.unpack_from(buf, p + 8 * i)
-            if kf and v & 0x80000000:
-                v -= 1 << 32
+            if kf:
+                v = signed(v, 32)
             vals.append(EnumValue(strings.get(vn), v))
         return Enum(name, st, vals, kf)
     if kind == Kind.ENUM64:
@@ -360,8 +362,8 @@ def decode_type(buf: bytes | memoryview, off: int, strings: Strings) -> Type:
         for i in range(vlen):
             vn, lo, hi = _3U32.unpack_from(buf, p + 12 * i)
             v = lo | hi << 32
-            if kf and v & (1 << 63):
-                v -= 1 << 64
+            if kf:
+                v = signed(v, 64)
             vals.append(EnumValue(strings.get(vn), v))
         return Enum64(name, st, vals, kf)
     if kind == Kind.FWD:

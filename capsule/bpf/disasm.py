@@ -20,17 +20,41 @@ LLVM gets right (``lock *(u32 *)(r1 + 0x0) += r2``).
 
 Jump targets may be annotated like objdump's ``<LBB0_2>`` / ``<prog+0x318>``: pass ``symbols`` (slot index ->
 name, the section's symbols) and each jump gets the name of the nearest symbol at or before its target.
+
+``disassemble_object`` prints a whole object read from ELF the way ``llvm-objdump-19 -d --no-show-raw-insn``
+does (sections, function labels, the instructions as written, before linking), and adds what objdump only
+prints on a separate ``-r`` line: after every relocated instruction, the target its relocation names
+(``r1 = 0x0 ll <counters>``, ``call -0x1 <parse_sub>``). A relocation against a section symbol (clang's form
+for static functions and variables) is named by the symbol at the place it points to (``call 0x13 <five>``,
+``r2 = 0x38 ll <loop_body>``, ``r1 = 0x8 ll <.rodata+0x8>`` when no symbol covers it).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from .insn import Insn, slot_offsets
-from .opcodes import ADDR_SPACE_CAST, LD_IMM64, SIZE_BYTES, Alu, Atomic, Class, Jmp, Mode, Size, Src
+from capsule.ints import signed
 
-__all__ = ["format_insn", "disassemble", "UNKNOWN"]
+from .insn import SLOT, Insn, slot_offsets
+from .opcodes import (
+    ADDR_SPACE_CAST,
+    LD_IMM64,
+    MODE_MASK,
+    OP_MASK,
+    SIZE_BYTES,
+    SIZE_MASK,
+    Alu,
+    Atomic,
+    Class,
+    Jmp,
+    Mode,
+    Size,
+    Src,
+)
+from .spec import CodeSection, ObjectSpec, ProgramSpec, Reloc
+
+__all__ = ["format_insn", "disassemble", "disassemble_object", "UNKNOWN"]
 
 UNKNOWN = "<unknown>"
 
@@ -74,11 +98,6 @@ def _hex(v: int) -> str:
     return f"-{-v:#x}" if v < 0 else f"{v:#x}"
 
 
-def _signed(v: int, bits: int) -> int:
-    v &= (1 << bits) - 1
-    return v - (1 << bits) if v >> (bits - 1) else v
-
-
 def _mem(reg: int, off: int) -> str:
     return f"r{reg} - {-off:#x}" if off < 0 else f"r{reg} + {off:#x}"
 
@@ -116,6 +135,84 @@ def disassemble(
     ]
 
 
+def disassemble_object(spec: ObjectSpec, filename: str, *, alu32: bool = False) -> list[str]:
+    """The lines ``llvm-objdump-19 -d --no-show-raw-insn FILENAME`` prints for the object ``spec`` was read
+    from, every relocated instruction followed by `` <target>``. A spec that was not read from ELF (built in
+    memory) has no code as written: its linked programs are listed instead, one per program."""
+    if spec.unlinked is None:
+        return _linked_listing(spec, alu32)
+    code = spec.unlinked
+    out = ["", f"{filename}:\tfile format elf64-bpf"]
+    for sec in code.sections:
+        if not sec.insns:
+            continue  # objdump skips empty sections
+        labels = _labels(sec, code.symbols.get(sec.name, ()))
+        out += ["", f"Disassembly of section {sec.name}:"]
+        for ins, pc in zip(sec.insns, slot_offsets(sec.insns), strict=True):
+            if pc in labels:
+                out += ["", f"{pc * SLOT:016x} <{labels[pc]}>:"]
+            text = format_insn(ins, pc, labels, alu32=alu32)
+            rel = sec.relocs.get(pc)
+            if rel is not None:
+                text += f" <{_reloc_target(ins, rel, code.symbols)}>"
+            out.append(f"{pc:8}:\t{text}")
+    return out
+
+
+def _labels(sec: CodeSection, symbols: Iterable[tuple[int, str]]) -> dict[int, str]:
+    """Slot -> the label objdump prints there: of the symbols at one address, the last by name; the section's
+    name at its start when no symbol is there."""
+    end = sum(i.slots() for i in sec.insns)
+    labels: dict[int, str] = {}
+    for off, name in sorted(symbols):
+        if off % SLOT == 0 and off // SLOT < end:
+            labels[off // SLOT] = name
+    if 0 not in labels:
+        labels[0] = sec.name
+    return labels
+
+
+def _reloc_target(ins: Insn, rel: Reloc, symbols: Mapping[str, Iterable[tuple[int, str]]]) -> str:
+    """What a relocated instruction refers to: the relocation's symbol plus the offset the instruction adds
+    (a call's ``imm + 1`` slots, an ``ld_imm64``'s low 32 bits); for a section symbol, the symbol covering
+    that place in the section."""
+    delta = (ins.imm + 1) * SLOT if ins.is_call else signed(ins.imm, 32)
+    if not rel.section_symbol:
+        return rel.symbol if delta == 0 else f"{rel.symbol}{_rel(delta)}"
+    off = rel.value + delta
+    best: tuple[int, str] | None = None
+    for at, name in sorted(symbols.get(rel.section or "", ())):
+        if at <= off:
+            best = (at, name)  # the last at or before the place, as objdump picks labels
+    if best is None:
+        return rel.symbol if off == 0 else f"{rel.symbol}{_rel(off)}"
+    return best[1] if off == best[0] else f"{best[1]}{_rel(off - best[0])}"
+
+
+def _linked_listing(spec: ObjectSpec, alu32: bool) -> list[str]:
+    out: list[str] = []
+    for name, ps in spec.programs.items():
+        labels = _function_labels(spec, ps)
+        out += ["", f"Disassembly of program {name} (section {ps.section}, linked):"]
+        for ins, pc in zip(ps.insns, slot_offsets(ps.insns), strict=True):
+            if pc in labels:
+                out += ["", f"{pc * SLOT:016x} <{labels[pc]}>:"]
+            out.append(f"{pc:8}:\t{format_insn(ins, pc, labels, alu32=alu32)}")
+    return out
+
+
+def _function_labels(spec: ObjectSpec, ps: ProgramSpec) -> dict[int, str]:
+    """Slot -> function name, from the program's func_info (entry and linked subprograms)."""
+    names: dict[int, str] = {0: ps.name}
+    if spec.btf is not None:
+        for fi in ps.func_infos:
+            try:
+                names[fi.insn_off] = spec.btf.name_of(fi.type_id)
+            except (KeyError, IndexError):
+                pass
+    return names
+
+
 def _annotate(target: int, symbols: Mapping[int, str]) -> str:
     """objdump's ``<sym>`` / ``<sym+0xbytes>`` for a target slot: the nearest symbol at or before it."""
     keys = sorted(symbols)
@@ -130,7 +227,7 @@ def _annotate(target: int, symbols: Mapping[int, str]) -> str:
 def _alu(insn: Insn) -> str:
     w32 = insn.cls == Class.ALU
     r = "w" if w32 else "r"
-    op = insn.code & 0xF0
+    op = insn.code & OP_MASK
     dst = f"{r}{insn.dst}"
     x = insn.code & Src.X
     if op == Alu.NEG:
@@ -165,7 +262,7 @@ def _alu(insn: Insn) -> str:
 
 
 def _jmp(insn: Insn) -> str:
-    op = insn.code & 0xF0
+    op = insn.code & OP_MASK
     x = insn.code & Src.X
     if insn.cls == Class.JMP:
         if op == Jmp.JA:
@@ -191,8 +288,8 @@ def _ld(insn: Insn) -> str:
     if insn.code == LD_IMM64:
         if insn.src:
             return f"ld_pseudo\tr{insn.dst}, {_hex(insn.src)}, {_hex(insn.imm & 0xFFFFFFFF)}"
-        return f"r{insn.dst} = {_hex(_signed(insn.imm, 64))} ll"
-    mode, size = insn.code & 0xE0, insn.code & 0x18
+        return f"r{insn.dst} = {_hex(signed(insn.imm, 64))} ll"
+    mode, size = insn.code & MODE_MASK, insn.code & SIZE_MASK
     if size == Size.DW or mode not in (Mode.ABS, Mode.IND):
         return UNKNOWN
     where = _hex(insn.imm) if mode == Mode.ABS else f"r{insn.src}"
@@ -200,7 +297,7 @@ def _ld(insn: Insn) -> str:
 
 
 def _ldx(insn: Insn, alu32: bool) -> str:
-    mode, size = insn.code & 0xE0, Size(insn.code & 0x18)
+    mode, size = insn.code & MODE_MASK, Size(insn.code & SIZE_MASK)
     if mode == Mode.MEM:
         r = "w" if alu32 and size != Size.DW else "r"
         return f"{r}{insn.dst} = *(u{_SIZE_NAME[size]} *)({_mem(insn.src, insn.off)})"
@@ -210,7 +307,7 @@ def _ldx(insn: Insn, alu32: bool) -> str:
 
 
 def _store(insn: Insn, alu32: bool) -> str:
-    mode, size = insn.code & 0xE0, Size(insn.code & 0x18)
+    mode, size = insn.code & MODE_MASK, Size(insn.code & SIZE_MASK)
     where = f"*(u{_SIZE_NAME[size]} *)({_mem(insn.dst, insn.off)})"
     if insn.cls == Class.ST:
         return f"{where} = {_hex(insn.imm)}" if mode == Mode.MEM else UNKNOWN

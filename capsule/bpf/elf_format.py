@@ -19,6 +19,18 @@ SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_NOBITS, SHT_REL = 1, 2, 3, 8, 9
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_INFO_LINK = 1, 2, 4, 0x40
 STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION = 0, 1, 2, 3
 STB_LOCAL, STB_GLOBAL = 0, 1
+SHN_UNDEF = 0
+
+# relocation types of EM_BPF (what the reader accepts and the writer emits)
+R_BPF_NONE, R_BPF_64_64, R_BPF_64_ABS64, R_BPF_64_ABS32, R_BPF_64_NODYLD32, R_BPF_64_32 = 0, 1, 2, 3, 4, 10
+RELOC_NAMES = {
+    R_BPF_NONE: "R_BPF_NONE",
+    R_BPF_64_64: "R_BPF_64_64",
+    R_BPF_64_ABS64: "R_BPF_64_ABS64",
+    R_BPF_64_ABS32: "R_BPF_64_ABS32",
+    R_BPF_64_NODYLD32: "R_BPF_64_NODYLD32",
+    R_BPF_64_32: "R_BPF_64_32",
+}
 
 # kind -> (sh_type, sh_flags, alignment)
 _KINDS = {

@@ -16,20 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from capsule.ints import signed
+
 from .btf import BTF, VMLINUX, BTFError, Linkage
 from .btf_ext import BTFExt
 from .btf_types import Datasec, Func, Var, VarSecinfo
 from .elf_btfgen import data_section_vars, kfunc_type, map_def_var, program_func_type, subprog_func_type
-from .elf_format import STB_LOCAL, ElfBuilder, Section, Symbol
+from .elf_format import R_BPF_64_32, R_BPF_64_64, STB_LOCAL, ElfBuilder, Section, Symbol
 from .elf_sections import section_for
-from .insn import Insn, slot_offsets
+from .insn import SLOT, Insn, slot_offsets
 from .opcodes import CallKind, Pseudo
 from .spec import FuncInfo, LineInfo, MapSpec, ObjectSpec, ProgramSpec
 
 __all__ = ["write_object", "object_bytes"]
 
-R_BPF_64_64, R_BPF_64_32 = 1, 10
-SLOT = 8
 
 
 def write_object(spec: ObjectSpec, path: str | Path) -> None:
@@ -72,7 +72,7 @@ class _Writer:
         targets: dict[int, int] = {}
         for i, ins in enumerate(insns):
             if (ins.is_call and ins.src == CallKind.BPF) or (ins.is_ld_imm64 and ins.src == Pseudo.FUNC):
-                rel = ins.imm if ins.is_call else _s32(ins.imm & 0xFFFFFFFF)
+                rel = ins.imm if ins.is_call else signed(ins.imm, 32)
                 t = offs[i] + rel + 1
                 if t not in index_of:
                     raise ValueError(
@@ -325,5 +325,3 @@ def _set_datasec(btf: BTF, name: str, size: int, entries: list[tuple[int, int, i
         ds.size, ds.vars = size, [VarSecinfo(*e) for e in entries]
 
 
-def _s32(v: int) -> int:
-    return v - (1 << 32) if v & 0x80000000 else v

@@ -15,7 +15,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, replace
 
-from .opcodes import LD_IMM64, Class, Jmp
+from capsule.ints import MASK32, MASK64, signed
+
+from .opcodes import CLASS_MASK, LD_IMM64, OP_MASK, Class, Jmp
 
 SLOT = 8
 _FMT = struct.Struct("<BBhi")
@@ -23,16 +25,6 @@ _FMT = struct.Struct("<BBhi")
 
 class DecodeError(ValueError):
     """Raised for bytes that are not a well-formed BPF instruction stream."""
-
-
-def _s32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
-
-
-def _s16(v: int) -> int:
-    v &= 0xFFFF
-    return v - (1 << 16) if v & 0x8000 else v
 
 
 @dataclass(eq=True)
@@ -48,7 +40,7 @@ class Insn:
     # -- shape ---------------------------------------------------------------------------------------------
     @property
     def cls(self) -> int:
-        return self.code & 0x07
+        return self.code & CLASS_MASK
 
     @property
     def is_ld_imm64(self) -> bool:
@@ -62,7 +54,7 @@ class Insn:
         """A jump with a PC-relative target (not call or exit)."""
         if self.cls not in (Class.JMP, Class.JMP32):
             return False
-        op = self.code & 0xF0
+        op = self.code & OP_MASK
         if op in (Jmp.CALL, Jmp.EXIT):
             return False
         return True
@@ -90,9 +82,10 @@ class Insn:
     def encode(self) -> bytes:
         regs = (self.src & 0xF) << 4 | (self.dst & 0xF)
         if self.is_ld_imm64:
-            v = self.imm & 0xFFFFFFFFFFFFFFFF
-            return _FMT.pack(self.code, regs, _s16(self.off), _s32(v)) + _FMT.pack(0, 0, 0, _s32(v >> 32))
-        return _FMT.pack(self.code, regs, _s16(self.off), _s32(self.imm))
+            v = self.imm & MASK64
+            first = _FMT.pack(self.code, regs, signed(self.off, 16), signed(v, 32))
+            return first + _FMT.pack(0, 0, 0, signed(v >> 32, 32))
+        return _FMT.pack(self.code, regs, signed(self.off, 16), signed(self.imm, 32))
 
     def __repr__(self) -> str:  # compact, for test failures
         extra = "".join(f" {k}={v!r}" for k, v in (("ref", self.ref), ("sym", self.sym)) if v)
@@ -119,7 +112,7 @@ def decode(data: bytes) -> list[Insn]:
             code2, regs2, off2, imm2 = _FMT.unpack_from(data, (i + 1) * SLOT)
             if code2 or regs2 or off2:
                 raise DecodeError(f"ld_imm64 at slot {i}: malformed second half")
-            out.append(Insn(code, dst, src, off, (imm & 0xFFFFFFFF) | (imm2 & 0xFFFFFFFF) << 32))
+            out.append(Insn(code, dst, src, off, (imm & MASK32) | (imm2 & MASK32) << 32))
             i += 2
         else:
             out.append(Insn(code, dst, src, off, imm))

@@ -1,6 +1,8 @@
 """BPF opcode fields (include/uapi/linux/bpf.h, Documentation/bpf/standardization/instruction-set.rst).
 
-An opcode byte is ``class | size/op | mode/source``; these constants are the pieces.
+An opcode byte is ``class | size/op | mode/source``; these constants are the pieces, the masks that take an
+opcode apart, and the whole opcodes that code tests for by value. This is the one module that spells opcode
+numbers; everything else composes them from these names.
 """
 
 from enum import IntEnum
@@ -26,6 +28,17 @@ class Size(IntEnum):
 
 SIZE_BYTES = {Size.B: 1, Size.H: 2, Size.W: 4, Size.DW: 8}
 BYTES_SIZE = {1: Size.B, 2: Size.H, 4: Size.W, 8: Size.DW}
+# bytes a load or store moves, by the plain int of its size field (``code & SIZE_MASK``): the analyses' hot
+# loops index it without constructing a ``Size``
+MEM_SIZE: dict[int, int] = {int(k): v for k, v in SIZE_BYTES.items()}
+
+
+# the fields of an opcode byte
+CLASS_MASK = 0x07
+SIZE_MASK = 0x18  # loads and stores
+MODE_MASK = 0xE0  # loads and stores
+OP_MASK = 0xF0  # ALU and jump operations
+SRC_MASK = 0x08  # ALU and jumps: Src.K or Src.X
 
 
 class Mode(IntEnum):
@@ -113,3 +126,10 @@ class CallKind(IntEnum):
 ADDR_SPACE_CAST = 1
 
 LD_IMM64 = Class.LD | Size.DW | Mode.IMM  # 0x18
+CALL = Class.JMP | Jmp.CALL  # 0x85: helper, kfunc or BPF-to-BPF call
+CALLX = Class.JMP | Jmp.CALL | Src.X  # 0x8d: call through a register
+EXIT = Class.JMP | Jmp.EXIT  # 0x95
+GOTOL = Class.JMP32 | Jmp.JA  # 0x06: the long jump, its offset in imm
+
+NUM_REGS = 11  # r0..r10
+FP = 10  # r10, the read-only frame pointer

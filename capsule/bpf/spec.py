@@ -16,13 +16,20 @@ Symbolic references left in a program's instructions (``Insn.ref``) are resolved
 
 Everything else (BPF-to-BPF calls, ``ld_imm64`` of a function, jumps) is already resolved to relative offsets in
 ``ProgramSpec.insns``, which holds the entry function followed by every subprogram it reaches.
+
+Map and program types are ``MapType`` / ``ProgType`` members whoever builds the spec: the dataclasses convert a
+plain number when they are made, so consumers compare and name them without checking. A number the enums do
+not list (an object for a newer kernel) becomes a pseudo member that keeps it (``capsule.bpf.uapi``), so such
+an object still reads, writes and loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .btf import BTF
 from .insn import Insn
+from .uapi import MapType, ProgType
 
 
 @dataclass
@@ -47,7 +54,7 @@ class LineInfo:
 @dataclass
 class MapSpec:
     name: str
-    type: int  # BPF_MAP_TYPE_*
+    type: MapType
     key_size: int
     value_size: int
     max_entries: int
@@ -69,6 +76,9 @@ class MapSpec:
     init_refs: dict[int, str] = field(default_factory=dict)
     # for ``.kconfig``: the extern variables it holds, filled from the running kernel at load time
     kconfig: list[KconfigVar] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.type = MapType(self.type)
 
 
 @dataclass
@@ -101,7 +111,7 @@ class ExternVar:
 class ProgramSpec:
     name: str  # the entry function's symbol name
     section: str  # ELF section, e.g. "xdp" or "syscall"
-    type: int  # BPF_PROG_TYPE_*
+    type: ProgType
     insns: list[Insn]
     license: str = "GPL"
     expected_attach_type: int = 0
@@ -114,13 +124,71 @@ class ProgramSpec:
     func_infos: list[FuncInfo] = field(default_factory=list)
     line_infos: list[LineInfo] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.type = ProgType(self.type)
+
+
+@dataclass
+class Reloc:
+    """A relocation of one instruction of a code section, as the ELF file holds it."""
+
+    type: int  # R_BPF_* (capsule.bpf.elf_format)
+    symbol: str  # the symbol's name; for a section symbol, its section's name
+    section: str | None  # the section the symbol is defined in; None when undefined (an extern, a kfunc)
+    value: int = 0  # the symbol's value: its offset in ``section``
+    section_symbol: bool = False  # STT_SECTION: the instruction's immediate says where in ``section`` it points
+
+
+@dataclass
+class CodeSection:
+    """One code section before linking: its instructions as written and the relocations applied to them."""
+
+    name: str
+    insns: list[Insn]  # decoded from the section's bytes, immediates as written (``call -0x1``, ``r1 = 0x0 ll``)
+    relocs: dict[int, Reloc] = field(default_factory=dict)  # slot -> relocation
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """Code of the object that no program holds, so that loading the programs (or rewriting them) leaves it
+    out: a ``.text`` function no program calls, or instructions no function symbol covers (objects from
+    older clangs mark functions ``STT_NOTYPE``; libbpf, like capsule, takes only ``STT_FUNC`` symbols)."""
+
+    section: str
+    start: int  # slot
+    end: int  # slot, exclusive
+    function: str = ""  # the function's name; "" when no function symbol covers the code
+    label: str = ""  # for uncovered code, a non-function symbol at its start, if any
+
+    def __str__(self) -> str:
+        if self.function:
+            return f"function {self.function!r} in {self.section}, which no program calls"
+        what = f" (symbol {self.label!r} is not STT_FUNC)" if self.label else ""
+        return f"{self.section} slots {self.start}..{self.end - 1}, which no function symbol covers{what}"
+
+
+@dataclass
+class UnlinkedCode:
+    """The object's code as its ELF file holds it, for tools that show the file rather than load it (the
+    disassembler): ``ProgramSpec.insns`` are linked and resolved, these are not."""
+
+    sections: list[CodeSection] = field(default_factory=list)  # in section header order
+    # section name -> (byte offset, name) of every named symbol defined in it (functions, labels, variables,
+    # maps), in symbol table order; section and file symbols are not listed
+    symbols: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    # code no program holds (what rewriting the programs would lose), in section order
+    unplaced: list[Unplaced] = field(default_factory=list)
+
 
 @dataclass
 class ObjectSpec:
     programs: dict[str, ProgramSpec] = field(default_factory=dict)
     maps: dict[str, MapSpec] = field(default_factory=dict)
-    btf: object | None = None  # capsule.bpf.btf.BTF, the object's own types (needed for func_info)
+    btf: BTF | None = None  # the object's own types (needed for func_info)
     license: str = "GPL"
     # non-allocated sections carried through unchanged, e.g. ".capsule.meta" (what the runtime needs to drive a
     # compiled program); loaders that do not know them ignore them
     extra_sections: dict[str, bytes] = field(default_factory=dict)
+    # set by the ELF reader: the code as written. Writers and loaders ignore it; a transformation of the
+    # programs must drop it (it would describe the code before the change)
+    unlinked: UnlinkedCode | None = None

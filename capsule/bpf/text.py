@@ -25,16 +25,17 @@ that is not an instruction raises ``TextError`` naming the line.
 
 from __future__ import annotations
 
-import ctypes
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+
+from capsule.ints import fits_unsigned, signed, unsigned
 
 from . import asm
 from .asm import AsmError, Builder, Reg
 from .disasm import _ALU_OPS, _ATOMIC_OPS, _JMP_OPS, UNKNOWN, format_insn
 from .insn import Insn, slot_offsets
-from .opcodes import LD_IMM64, CallKind, Class, Jmp, Mode, Pseudo, Size, Src
+from .opcodes import CALLX, LD_IMM64, MODE_MASK, CallKind, Class, Mode, Pseudo
 
 __all__ = ["TextError", "Note", "Listing", "parse", "parse_insn", "format_program"]
 
@@ -227,7 +228,7 @@ def _ld_pseudo(m: re.Match[str]) -> Insn:
             raise AsmError(f"only the address of a function (source {int(Pseudo.FUNC):#x}) is a label, not {imm!r}")
         return asm.ld_func(dst, imm)
     low = _num(imm)
-    if not 0 <= low < 1 << 32:
+    if not fits_unsigned(low, 32):
         raise AsmError(f"ld_pseudo's immediate is its unsigned low word, not {low:#x}")
     return Insn(LD_IMM64, int(dst), src, 0, low)
 
@@ -242,7 +243,7 @@ _RULES = [
     _rule(rf"gotol ({_TARGET})", lambda m: asm.gotol(_target(m[1]))),
     _rule(rf"may_goto ({_TARGET})", lambda m: asm.may_goto(_target(m[1]))),
     _rule(rf"call (?P<what>{_NUM}|{_NAME})", _call),
-    _rule(rf"callx ({_R})", lambda m: Insn(Class.JMP | Jmp.CALL | Src.X, int(_reg(m[1])[0]))),
+    _rule(rf"callx ({_R})", lambda m: Insn(CALLX, int(_reg(m[1])[0]))),
     _rule(rf"if (?P<dst>{_REG}) (?P<op>{_JMP_SYMS}) (?P<src>{_OPND}) goto (?P<target>{_TARGET})", _cond_jump),
     _rule(rf"ld_pseudo (?P<dst>{_R}), ?(?P<src>{_NUM}), ?(?P<imm>{_NUM}|{_NAME})", _ld_pseudo),
     _rule(rf"({_R}) = ({_NUM}) ll", lambda m: asm.ld_imm64(_reg(m[1])[0], _num(m[2]))),
@@ -305,9 +306,9 @@ def _apply(ins: Insn, note: Note | None, labels: dict[str, int]) -> Insn:
     if ins.is_ld_imm64 and ins.src == Pseudo.FUNC and note.name in labels and not note.offset:
         return ins  # the name of the function the offset already points to
     if ins.is_ld_imm64 and ins.src:
-        if not 0 <= note.offset < 1 << 32:
+        if not fits_unsigned(note.offset, 32):
             raise AsmError(f"offset {note.offset:#x} does not fit the high word")
-        return replace(ins, imm=ins.imm & 0xFFFFFFFF | note.offset << 32, ref=note.name or None)
+        return replace(ins, imm=unsigned(ins.imm, 32) | note.offset << 32, ref=note.name or None)
     if ins.is_ld_imm64:
         return replace(ins, ref=note.name or None)  # an object's relocation, as objdump names it
     if ins.is_call and ins.src == CallKind.HELPER and ins.ref is None:
@@ -365,11 +366,8 @@ def parse(text: str) -> Listing:
     return Listing(insns, [n for _, _, n in raw], labels, [ln for ln, _, _ in raw])
 
 
-_LD_IND = frozenset(Class.LD | size | Mode.IND for size in Size)
-
-
 def _is_ld_ind(ins: Insn) -> bool:
-    return ins.code in _LD_IND
+    return ins.cls == Class.LD and ins.code & MODE_MASK == Mode.IND
 
 
 def _is_label_operand(ins: Insn) -> bool:
@@ -389,7 +387,7 @@ def format_program(insns: list[Insn], *, alu32: bool = False) -> list[str]:
     taken = set(names.values())
     for i, ins in enumerate(insns):
         if _calls_into(ins):
-            j = index_of.get(slots[i] + 1 + ctypes.c_int32(ins.imm).value)
+            j = index_of.get(slots[i] + 1 + signed(ins.imm, 32))
             if j is not None and j not in names:
                 name = f"L{slots[j]}"
                 while name in taken:
@@ -415,12 +413,12 @@ def _calls_into(ins: Insn) -> bool:
 
 def _note_of(ins: Insn, pc: int, symbols: dict[int, str]) -> Note | None:
     if _calls_into(ins) and not (ins.is_ld_imm64 and ins.imm >> 32):
-        name = symbols.get(pc + 1 + ctypes.c_int32(ins.imm).value)
+        name = symbols.get(pc + 1 + signed(ins.imm, 32))
         return Note(name) if name else None
     if ins.is_call and ins.src == CallKind.KFUNC:
         return Note(ins.ref or "")
     if ins.is_ld_imm64 and ins.src:
-        high = ins.imm >> 32 & 0xFFFFFFFF
+        high = unsigned(ins.imm >> 32, 32)
         return Note(ins.ref or "", high) if ins.ref or high else None
     if _is_ld_ind(ins) and ins.imm:
         return Note("", ins.imm)

@@ -25,6 +25,12 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+# the names the host looks up in a compiled object
+ENTRY_PROGRAM = "capsule_run"  # the sleepable SYSCALL program the host runs with BPF_PROG_TEST_RUN
+WINDOW_MAP = "capsule_window"  # the arena map that is the window
+META_SECTION = ".capsule.meta"  # what the host needs to instantiate and call the module (``meta``)
+DATA_SECTION = ".capsule.data"  # the data segments' bytes, placed by the host
+
 GIB4 = 1 << 32
 PAGE = 4096
 WASM_PAGE = 65536
@@ -74,6 +80,21 @@ FIBER_EXIT_CODE = 96  # u64: the code given to capsule.exit
 STEP_REGIONS = 32
 ROUND_STEPS = 2048
 RUN_ROUNDS = 64
+
+# the BPF stack of a physical function (and of a leaf function): scratch that never holds guest values
+BPF_FP_SCALAR = -8  # the frame pointer as a guest address (u64 scalar)
+BPF_RUNTIME = -16  # PTR_TO_ARENA at RT_BASE
+BPF_FIBER = -24  # PTR_TO_ARENA at the running fiber's state record
+BPF_MEM_BYTES = -32  # current memory size in bytes
+BPF_CALL_REGION = -40  # call_indirect: the callee's entry region while its frame is written
+BPF_BORROW = -48  # a stack register lent as a scratch register (``emit.borrow``)
+BPF_TEMP = -56  # a short-lived value inside one instruction's lowering
+BPF_TEMP2 = -64  # a second one; also a helper's result while the registers around the call are reloaded
+BPF_FIBER_SCALAR = -80  # the fiber record's guest address (u64 scalar), for calls to leaf functions
+
+# the BPF stack of the entry program and of the bounded dispatcher loops (profile without may_goto)
+BPF_ENTRY_FIBER = -8  # the fiber record's guest address, passed to every physical function
+BPF_ENTRY_BUDGET = -16  # the invocation's budget as it came in (entry program only)
 
 # frame header
 FRAME_CALLER = 0

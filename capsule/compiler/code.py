@@ -21,6 +21,11 @@ class RegionKey:
     func: int
     index: int
 
+    @property
+    def label(self) -> str:
+        """The label of the region's first instruction."""
+        return f"r{self.func}.{self.index}"
+
 
 @dataclass
 class Code:

@@ -2,7 +2,7 @@
 
 A *physical function* is a global BPF subprogram ``u64 phys_N(u64 state, u64 fiber)`` holding the regions of
 several wasm functions. Its prologue unpacks the state into the frame pointer and the region, sets up the
-BPF-stack scratch slots regions rely on (``values.BPF_*``), and jumps to the region through a balanced compare
+BPF-stack scratch slots regions rely on (``abi.BPF_*``), and jumps to the region through a balanced compare
 tree. Being global, each is verified once, whatever calls it.
 
 The entry program ``capsule_run(ctx)`` checks the continuation token, then loops: pick the physical function
@@ -12,6 +12,7 @@ returns to the host, a trap, or the budget (``ctx.budget`` transitions, or ``may
 
 from __future__ import annotations
 
+from capsule.bpf.asm import FP as R10
 from capsule.bpf.asm import (
     R0,
     R1,
@@ -21,6 +22,7 @@ from capsule.bpf.asm import (
     R7,
     R8,
     R9,
+    Reg,
     addr_space_cast,
     alu,
     call,
@@ -38,10 +40,10 @@ from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu, Jmp
 
 from . import abi
+from .abi import BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME
 from .code import Code
-from .memory import ARENA_MAP
-from .values import BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME, FRAME, T0, Reg
-from .values import FP as R10
+from .emit import T0
+from .values import FRAME
 
 
 def phys_name(p: int) -> str:
@@ -80,7 +82,7 @@ def frame_setup(fp: Reg, fiber: Reg) -> list[Insn]:
     return [*fp_setup(fp), *fiber_setup(fiber)]
 
 
-def _tree(code: Code, reg, labels: list[str], lo: int, hi: int, stem: str) -> None:  # type: ignore[no-untyped-def]
+def _tree(code: Code, reg: Reg, labels: list[str], lo: int, hi: int, stem: str) -> None:
     """Balanced compare tree on ``reg`` in [lo, hi) jumping to ``labels[k]``; out-of-range values go to the last."""
     if hi - lo <= 2:
         if hi - lo == 2:
@@ -104,24 +106,24 @@ def _call_tree(code: Code, nphys: int, stem: str, after: str) -> None:
     _tree(code, R1, leaves, 0, nphys, stem)
     for p in range(nphys):
         code.label(leaves[p])
-        code.emit(mov(R1, R9), ldx(8, R2, R10, -8), call(phys_name(p)), mov(R9, R0), ja(after))
+        code.emit(mov(R1, R9), ldx(8, R2, R10, abi.BPF_ENTRY_FIBER), call(phys_name(p)), mov(R9, R0), ja(after))
 
 
 def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
     """``int capsule_run(struct ctx *)``: run the fiber named by ctx until done, trap, or budget."""
     code = Code()
     bad, loop, out, special, pending = "run.bad", "run.loop", "run.out", "run.special", "run.pending"
-    code.label("capsule_run")
+    code.label(abi.ENTRY_PROGRAM)
     code.emit(
         mov(R6, R1),
-        ld_map_fd(R1, ARENA_MAP),  # using the arena map makes the program the arena's (addr_space_cast needs it)
+        ld_map_fd(R1, abi.WINDOW_MAP),  # using the arena map makes the program the arena's (addr_space_cast needs it)
         ldx(4, R1, R6, abi.CTX_FIBER), jmp(Jmp.JGE, R1, nfibers, bad),
         alu(Alu.MUL, R1, abi.FIBER_SIZE), alu(Alu.ADD, R1, abi.FIBERS - abi.RT_BASE),
         mov(R2, abi.RT_BASE, w32=True), alu(Alu.ADD, R1, R2, w32=True),
-        stx(8, R10, -8, R1),  # the fiber's address, passed to every physical function
+        stx(8, R10, abi.BPF_ENTRY_FIBER, R1),  # the fiber's address, passed to every physical function
         addr_space_cast(R7, R1, 0, 1),
         ldx(4, R2, R6, abi.CTX_GENERATION), ldx(4, R3, R7, abi.FIBER_GENERATION), jmp(Jmp.JNE, R2, R3, bad),
-        ldx(8, R8, R6, abi.CTX_BUDGET), stx(8, R10, -16, R8),
+        ldx(8, R8, R6, abi.CTX_BUDGET), stx(8, R10, abi.BPF_ENTRY_BUDGET, R8),
         ldx(8, R9, R7, abi.FIBER_STATE),
     )
     if may_goto_profile:
@@ -146,7 +148,7 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
                   jmp(Jmp.JGE, R8, abi.RUN_ROUNDS, pending),
                   ldx(8, R1, R7, abi.FIBER_RUN_COUNT), ldx(8, R2, R7, abi.FIBER_RUN_BUDGET),
                   jmp(Jmp.JGE, R1, R2, pending), alu(Alu.ADD, R8, 1),
-                  mov(R1, R9), ldx(8, R2, R10, -8), call("capsule_round"), mov(R9, R0), ja(loop))
+                  mov(R1, R9), ldx(8, R2, R10, abi.BPF_ENTRY_FIBER), call("capsule_round"), mov(R9, R0), ja(loop))
     # outcomes: status in R0, detail in R2
     code.label(special)
     code.emit(mov(R2, R9, w32=True), jmp(Jmp.JEQ, R2, abi.RETURN_TO_HOST, "run.done", w32=True),
@@ -167,7 +169,8 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
     code.emit(stx(8, R7, abi.FIBER_STATE, R9), stx(8, R7, abi.FIBER_STATUS, R0),
               stx(8, R6, abi.CTX_STATUS, R0), stx(8, R6, abi.CTX_DETAIL, R2))
     if may_goto_profile:
-        code.emit(ldx(8, R3, R10, -16), alu(Alu.SUB, R3, R8), ldx(8, R2, R7, abi.FIBER_RUN_COUNT), alu(Alu.SUB, R3, R2))
+        code.emit(ldx(8, R3, R10, abi.BPF_ENTRY_BUDGET), alu(Alu.SUB, R3, R8), ldx(8, R2, R7, abi.FIBER_RUN_COUNT),
+                  alu(Alu.SUB, R3, R2))
     else:
         code.emit(ldx(8, R3, R7, abi.FIBER_RUN_COUNT))
     code.emit(stx(8, R6, abi.CTX_TRANSITIONS, R3),
@@ -190,14 +193,14 @@ def _bounded_levels(code: Code, nphys: int) -> None:
     for name, limit, body in (("capsule_round", abi.ROUND_STEPS, "round"), ("capsule_step", abi.STEP_REGIONS, "step")):
         loop, done = f"{body}.loop", f"{body}.done"
         code.label(name)
-        code.emit(mov(R9, R1), stx(8, R10, -8, R2), addr_space_cast(R7, R2, 0, 1), mov(R8, 0))
+        code.emit(mov(R9, R1), stx(8, R10, abi.BPF_ENTRY_FIBER, R2), addr_space_cast(R7, R2, 0, 1), mov(R8, 0))
         code.label(loop)
         code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, done, w32=True),
                   jmp(Jmp.JGE, R8, limit, done), alu(Alu.ADD, R8, 1))
         if body == "round":
             code.emit(ldx(8, R1, R7, abi.FIBER_RUN_COUNT), ldx(8, R2, R7, abi.FIBER_RUN_BUDGET),
                       jmp(Jmp.JGE, R1, R2, done),
-                      mov(R1, R9), ldx(8, R2, R10, -8), call("capsule_step"), mov(R9, R0), ja(loop))
+                      mov(R1, R9), ldx(8, R2, R10, abi.BPF_ENTRY_FIBER), call("capsule_step"), mov(R9, R0), ja(loop))
         else:
             code.emit(ldx(8, R1, R7, abi.FIBER_RUN_COUNT), alu(Alu.ADD, R1, 1), stx(8, R7, abi.FIBER_RUN_COUNT, R1),
                       mov(R1, R9), alu(Alu.AND, R1, (1 << abi.PHYS_BITS) - 1))

@@ -64,8 +64,9 @@ def _inline_into(f: Function, index: int, small: dict[int, Function]) -> tuple[F
     body: list[Instr] = []
     ranges: list[tuple[int, int, int]] = []
     for ins in f.body:
-        callee = small.get(ins.imm) if ins.op == Op.CALL else None  # type: ignore[call-overload]
-        if callee is None or ins.imm == index:
+        target = ins.imm if ins.op == Op.CALL and isinstance(ins.imm, int) else None
+        callee = small.get(target) if target is not None and target != index else None
+        if target is None or callee is None:
             body.append(_copy(ins))
             continue
         base = len(locals_)
@@ -81,7 +82,8 @@ def _inline_into(f: Function, index: int, small: dict[int, Function]) -> tuple[F
         for c in callee.body[:-1]:
             op, imm = c.op, c.imm
             if op in (Op.LOCAL_GET, Op.LOCAL_SET, Op.LOCAL_TEE):
-                imm = base + imm  # type: ignore[operator]
+                assert isinstance(imm, int)
+                imm = base + imm
             elif op == Op.RETURN:
                 op, imm = Op.BR, depth
             if c.op in (Op.BLOCK, Op.LOOP, Op.IF):
@@ -90,7 +92,7 @@ def _inline_into(f: Function, index: int, small: dict[int, Function]) -> tuple[F
                 depth -= 1
             body.append(Instr(op, imm, c.offset))
         body.append(Instr(Op.END, None, ins.offset))
-        ranges.append((first, len(body), ins.imm))  # type: ignore[arg-type]
+        ranges.append((first, len(body), target))
     _link_blocks(body)
     return replace(f, locals=tuple(locals_), body=body), ranges
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from . import abi
 
@@ -29,5 +30,5 @@ class Options:
             raise ValueError(f"{self.fibers} fibers of {self.stack_size >> 20} MiB do not fit the window "
                              f"({room >> 20} MiB for stacks)")
 
-    def replace(self, **kw: object) -> Options:
-        return replace(self, **kw)  # type: ignore[arg-type]
+    def replace(self, **kw: Any) -> Options:
+        return replace(self, **kw)

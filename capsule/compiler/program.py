@@ -8,31 +8,25 @@ its index inside its physical function, shifted left by 8, or'ed with the physic
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
-from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, ValType
+from capsule.bpf.uapi import MapFlags, MapType, ProgFlags, ProgType
+from capsule.guest.softfloat import add_to_btf, library
+from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError
 
-from . import abi
+from . import abi, meta
+from .calls import leaf_stub
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
-from .function import CompileError, FunctionCompiler, LoweredFunction, ModuleInfo
+from .function import compile_function
 from .inline import inline_small_functions
-from .memory import ARENA_MAP
 from .options import Options
-
-META_SECTION = ".capsule.meta"
-DATA_SECTION = ".capsule.data"
-META_VERSION = 1
-BPF_MAP_TYPE_ARENA = 33
-BPF_F_MMAPABLE = 1 << 10
-BPF_PROG_TYPE_SYSCALL = 31
-BPF_F_SLEEPABLE = 1 << 4
+from .state import LoweredFunction, ModuleInfo
 
 
 @dataclass
@@ -60,8 +54,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         inlined=inlined,
     )
     info.leaves = choose_leaves(module)
-    lowered = [FunctionCompiler(info, module.num_imported_funcs + k, leaf=module.num_imported_funcs + k in info.leaves)
-               .compile() for k in range(len(module.funcs))]
+    defined = range(module.num_imported_funcs, module.num_imported_funcs + len(module.funcs))
+    lowered = [compile_function(info, index, leaf=index in info.leaves) for index in defined]
     leaf_code = [f for f in lowered if f.index in info.leaves]
     # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it
     regional = [leaf_stub(f) if f.index in info.leaves else f for f in lowered]
@@ -74,7 +68,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     func_starts: list[tuple[int, int]] = []  # (instruction index, wasm function), for verifier diagnostics
     for p, funcs in enumerate(packing.phys):
         pc = Code()
-        labels = [FunctionCompiler.region_label(k) for f in funcs for k in f.regions]
+        labels = [k.label for f in funcs for k in f.regions]
         phys_prologue(pc, p, labels)
         for f in funcs:
             func_starts.append((len(total) + len(pc), f.index))
@@ -84,8 +78,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         func_starts.append((len(total), f.index))
         starts.append(leaf_name(f.index))
         total.append(f.code)
-    library = _library_functions(info.library_used)
-    for name, code in library.items():
+    for name, code in _library_functions(info.library_used).items():
         starts.append(LIB_PREFIX + name)
         total.append(code)
     insns = total.assemble(packing.region_ids)
@@ -96,29 +89,27 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     main_proto = btf.add_func_proto(i32, [("ctx", btf.add_ptr(0))])
     phys_proto = btf.add_func_proto(u64, [("state", u64), ("fiber", u64)])
     slots = slot_offsets(insns)
-    func_infos = [FuncInfo(0, btf.add_func("capsule_run", main_proto))]
+    func_infos = [FuncInfo(0, btf.add_func(abi.ENTRY_PROGRAM, main_proto))]
     if not opt.may_goto:
         starts = [*BOUNDED_FUNCS, *starts]
     for name in starts:
         if name.startswith(LIB_PREFIX):
-            from capsule.guest.softfloat import add_to_btf, library
-
             type_id = add_to_btf(btf, library()[name.removeprefix(LIB_PREFIX)])
         else:
             type_id = btf.add_func(name, phys_proto)
         func_infos.append(FuncInfo(slots[total.labels[name]], type_id))
 
-    meta, data = describe(module, opt, types, lowered, packing, info)
-    meta["code_ranges"] = [[slots[i], f] for i, f in func_starts]
-    window = MapSpec(ARENA_MAP, BPF_MAP_TYPE_ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=BPF_F_MMAPABLE)
-    prog = ProgramSpec("capsule_run", "syscall", BPF_PROG_TYPE_SYSCALL, insns, flags=BPF_F_SLEEPABLE,
+    description, data = describe(module, opt, types, lowered, packing, info,
+                                 [(slots[i], f) for i, f in func_starts])
+    window = MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=MapFlags.MMAPABLE)
+    prog = ProgramSpec(abi.ENTRY_PROGRAM, "syscall", ProgType.SYSCALL, insns, flags=ProgFlags.SLEEPABLE,
                        func_infos=func_infos)
     return ObjectSpec(
-        programs={"capsule_run": prog},
-        maps={ARENA_MAP: window},
+        programs={abi.ENTRY_PROGRAM: prog},
+        maps={abi.WINDOW_MAP: window},
         btf=btf,
         license="GPL",
-        extra_sections={META_SECTION: json.dumps(meta, separators=(",", ":")).encode(), DATA_SECTION: data},
+        extra_sections={abi.META_SECTION: description.to_json(), abi.DATA_SECTION: data},
     )
 
 
@@ -126,16 +117,12 @@ def _library_functions(names: set[str]) -> dict[str, Code]:
     """The soft-float functions the code calls, each a global function of its own (verified once)."""
     if not names:
         return {}
-    from dataclasses import replace as copy
-
-    from capsule.guest.softfloat import library
-
     lib = library()
     out = {}
     for name in sorted(names):
         code = Code()
         code.label(LIB_PREFIX + name)
-        code.emit(*(copy(i) for i in lib[name].insns))
+        code.emit(*(replace(i) for i in lib[name].insns))
         out[name] = code
     return out
 
@@ -177,28 +164,12 @@ def choose_leaves(m: Module) -> frozenset[int]:
     for f in m.funcs:
         for ins in f.body:
             if ins.op == Op.CALL:
-                calls[ins.imm] = calls.get(ins.imm, 0) + 1  # type: ignore[index]
+                assert isinstance(ins.imm, int)
+                calls[ins.imm] = calls.get(ins.imm, 0) + 1
     n = m.num_imported_funcs
     cands = [n + k for k, f in enumerate(m.funcs) if not any(ins.op in _NOT_LEAF for ins in f.body)]
     cands.sort(key=lambda i: -calls.get(i, 0))
     return frozenset(cands[:MAX_LEAVES])
-
-
-def leaf_stub(f: LoweredFunction) -> LoweredFunction:
-    """The entry region of a leaf: call it, then return to our caller like any function (or pass on a trap)."""
-    from capsule.bpf.asm import R0, R1, R2, alu, call, exit_, jmp, ldx
-    from capsule.bpf.opcodes import Alu, Jmp
-
-    from .values import BPF_FIBER_SCALAR, BPF_FP_SCALAR, FRAME, T0, T1
-    from .values import FP as R10
-
-    code = Code()
-    code.label(FunctionCompiler.region_label(f.regions[0]))
-    code.emit(ldx(8, R1, R10, BPF_FP_SCALAR), ldx(8, R2, R10, BPF_FIBER_SCALAR), call(leaf_name(f.index)),
-              jmp(Jmp.JEQ, R0, 0, 1), exit_(),
-              ldx(4, T1, FRAME, abi.FRAME_CALLER), alu(Alu.LSH, T1, 32), ldx(4, T0, FRAME, abi.FRAME_RETURN),
-              alu(Alu.OR, T0, T1), exit_())
-    return LoweredFunction(f.index, code, f.regions[:1], f.frame)
 
 
 def pack(lowered: list[LoweredFunction], opt: Options, max_phys: int = abi.MAX_PHYS) -> Packing:
@@ -221,87 +192,79 @@ def pack(lowered: list[LoweredFunction], opt: Options, max_phys: int = abi.MAX_P
     return packing
 
 
-def _const_expr(expr: list[Instr]) -> list:
-    """A constant expression as JSON: a list of [op, imm] evaluated by the host (``runtime.instance``)."""
+def _const_expr(expr: list[Instr]) -> meta.ConstExpr:
+    """A constant expression as the host evaluates it: (op, imm) pairs up to the ``end``."""
     out = []
     for ins in expr:
         if ins.op == Op.END:
             break
-        out.append([int(ins.op), ins.imm if isinstance(ins.imm, int) else None])
-    return out
+        out.append((int(ins.op), ins.imm if isinstance(ins.imm, int) else None))
+    return tuple(out)
 
 
 def describe(m: Module, opt: Options, types: dict[FuncType, int], lowered: list[LoweredFunction],
-             packing: Packing, info: ModuleInfo) -> tuple[dict, bytes]:
+             packing: Packing, info: ModuleInfo, code_ranges: list[tuple[int, int]]) -> tuple[meta.Meta, bytes]:
     """The metadata the host needs to instantiate and call the compiled module, and the data segment bytes."""
     entry = {f.index: packing.region_ids[f.regions[0]] for f in lowered}
-    type_list = [None] * len(types)
+    signatures = [meta.Signature((), ())] * len(types)
     for t, i in types.items():
-        type_list[i] = [[str(v) for v in t.params], [str(v) for v in t.results]]
-    imports = [x for x in m.imports]
-    funcs = []
-    for idx in range(m.num_imported_funcs + len(m.funcs)):
-        funcs.append({"name": m.func_name(idx) or f"func{idx}", "type": types[m.func_type(idx)],
-                      "entry": entry.get(idx)})
+        signatures[i] = meta.Signature(t.params, t.results)
+    funcs = [meta.Function(m.func_name(idx) or f"func{idx}", types[m.func_type(idx)], entry.get(idx))
+             for idx in range(m.num_imported_funcs + len(m.funcs))]
     globals_ = []
-    gimports = [x for x in imports if x.kind == ExternKind.GLOBAL]
+    gimports = [x for x in m.imports if x.kind == ExternKind.GLOBAL]
     for g, gt in enumerate(m.all_globals()):
-        item: dict = {"type": str(gt.type), "mutable": gt.mutable}
         if g < len(gimports):
-            item["import"] = [gimports[g].module, gimports[g].name]
+            globals_.append(meta.Global(gt.type, gt.mutable, imported=(gimports[g].module, gimports[g].name)))
         else:
-            item["init"] = _const_expr(m.globals[g - len(gimports)].init)
-        globals_.append(item)
+            globals_.append(meta.Global(gt.type, gt.mutable, init=_const_expr(m.globals[g - len(gimports)].init)))
     data = bytearray()
     segments = []
     for seg in m.datas:
-        if seg.mode != SegmentMode.ACTIVE:
-            segments.append({"passive": True, "at": len(data), "size": len(seg.init)})
-        else:
-            segments.append({"offset": _const_expr(seg.offset_expr or []), "at": len(data), "size": len(seg.init)})
+        offset = None if seg.mode != SegmentMode.ACTIVE else _const_expr(seg.offset_expr or [])
+        segments.append(meta.DataSegment(len(data), len(seg.init), offset))
         data += seg.init
     elems = []
     for el in m.elems:
         if el.mode != SegmentMode.ACTIVE:
-            elems.append({"passive": True})
+            elems.append(meta.ElemSegment(None))
             continue
-        items = []
+        items: list[int | meta.ConstExpr] = []
         for expr in el.items:
             first = expr[0]
             if first.op == Op.REF_FUNC:
-                items.append(first.imm + 1)  # type: ignore[operator]
+                assert isinstance(first.imm, int)
+                items.append(first.imm + 1)
             elif first.op == Op.REF_NULL:
                 items.append(0)
             else:
                 items.append(_const_expr(expr))
-        elems.append({"table": el.table, "offset": _const_expr(el.offset_expr or []), "items": items})
+        elems.append(meta.ElemSegment(_const_expr(el.offset_expr or []), el.table, tuple(items)))
     mems = m.all_memories()
     memory = None
     if mems:
         lim = mems[0].limits
-        memory = {"initial": lim.min, "max": min(lim.max if lim.max is not None else abi.MAX_MEMORY_PAGES,
-                                                 abi.MAX_MEMORY_PAGES)}
-    regions = {str(rid): key.func for key, rid in packing.region_ids.items()}
-    meta = {
-        "version": META_VERSION,
-        "options": {"checked": opt.checked, "may_goto": opt.may_goto, "fibers": opt.fibers,
-                    "stack_size": opt.stack_size},
-        "types": type_list,
-        "funcs": funcs,
-        "imported_funcs": m.num_imported_funcs,
-        "imports": [[x.module, x.name, int(x.kind)] for x in imports],
-        "globals": globals_,
-        "stack_pointer_global": info.stack_pointer_global,
-        "memory": memory,
-        "tables": [{"initial": t.limits.min, "max": t.limits.max} for t in m.all_tables()],
-        "data": segments,
-        "elems": elems,
-        "exports": [{"name": e.name, "kind": int(e.kind), "index": e.index} for e in m.exports],
-        "start": m.start,
-        "regions": regions,
-        "frame_sizes": {str(f.index): f.frame.size for f in lowered if f.frame is not None},
-    }
-    return meta, bytes(data)
+        memory = meta.Memory(lim.min, min(lim.max if lim.max is not None else abi.MAX_MEMORY_PAGES,
+                                          abi.MAX_MEMORY_PAGES))
+    description = meta.Meta(
+        options=meta.BuildOptions(opt.checked, opt.may_goto, opt.fibers, opt.stack_size),
+        types=tuple(signatures),
+        funcs=tuple(funcs),
+        imported_funcs=m.num_imported_funcs,
+        imports=tuple(meta.Import(x.module, x.name, x.kind) for x in m.imports),
+        globals=tuple(globals_),
+        stack_pointer_global=info.stack_pointer_global,
+        memory=memory,
+        tables=tuple(meta.Table(t.limits.min, t.limits.max) for t in m.all_tables()),
+        data=tuple(segments),
+        elems=tuple(elems),
+        exports=tuple(meta.Export(e.name, e.kind, e.index) for e in m.exports),
+        start=m.start,
+        regions={rid: key.func for key, rid in packing.region_ids.items()},
+        frame_sizes={f.index: f.frame.size for f in lowered if f.frame is not None},
+        code_ranges=tuple(code_ranges),
+    )
+    return description, bytes(data)
 
 
-__all__ = ["CompileError", "compile_module", "META_SECTION", "DATA_SECTION", "ValType"]
+__all__ = ["compile_module"]

@@ -14,27 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capsule.bpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, Reg
+from capsule.bpf.asm import R1, R2, R3, R4, R5, R6, R7, R9, Reg
 from capsule.wasm import Function, Op, ValType
 
 from . import abi
 
-T0: Reg = R0  # scratch
-T1: Reg = R8  # scratch
 FRAME: Reg = R9  # the current function's frame (PTR_TO_ARENA)
 STACK_REGS: tuple[Reg, ...] = (R6, R7, R1, R2, R3, R4, R5)
 CALLER_SAVED = frozenset({R1, R2, R3, R4, R5})
-
-# the BPF stack of a physical function (scratch, never holds guest values)
-BPF_FP_SCALAR = -8  # the frame pointer as a guest address (u64 scalar)
-BPF_RUNTIME = -16  # PTR_TO_ARENA at abi.RT_BASE
-BPF_FIBER = -24  # PTR_TO_ARENA at the running fiber's state record
-BPF_MEM_BYTES = -32  # current memory size in bytes
-BPF_CALL_REGION = -40  # call_indirect: the callee's entry region while its frame is written
-BPF_TEMP = -56  # short-lived spills inside one instruction's lowering (also -48 and -64)
-BPF_FIBER_SCALAR = -80  # the fiber record's guest address (u64 scalar), for calls to leaf functions
-
-__all__ = ["FP"]
 
 
 def is64(t: ValType) -> bool:
@@ -95,21 +82,14 @@ def register_plan(func: Function) -> tuple[dict[int, Reg], tuple[Reg, ...]]:
         elif ins.op == Op.END and open_:
             open_.pop()
         elif ins.op in (Op.LOCAL_GET, Op.LOCAL_SET, Op.LOCAL_TEE):
+            n = ins.imm
+            assert isinstance(n, int)
             in_loop = Op.LOOP in open_
-            uses[ins.imm] = uses.get(ins.imm, 0) + (_LOOP_WEIGHT if in_loop else 1)  # type: ignore[index]
+            uses[n] = uses.get(n, 0) + (_LOOP_WEIGHT if in_loop else 1)
             if in_loop and ins.op != Op.LOCAL_GET:
-                written_in_loop.add(ins.imm)  # type: ignore[arg-type]
+                written_in_loop.add(n)
     ranked = sorted((kv for kv in uses.items() if kv[0] not in written_in_loop), key=lambda kv: (-kv[1], kv[0]))
     hot = [n for n, c in ranked if c >= 3][: len(LOCAL_REGS)]
     local_regs = {n: LOCAL_REGS[k] for k, n in enumerate(hot)}
     taken = set(local_regs.values())
     return local_regs, tuple(r for r in STACK_REGS if r not in taken)
-
-
-def fits_imm32(v: int) -> bool:
-    return -(1 << 31) <= v < (1 << 31)
-
-
-def signed(bits: int, width: int) -> int:
-    bits &= (1 << width) - 1
-    return bits - (1 << width) if bits >> (width - 1) else bits

@@ -4,9 +4,11 @@
 ObjectSpec loader) sits on top of this API.
 """
 
+from capsule.bpf.uapi import AttachType, MapFlags, MapType, ProgFlags, ProgType, XDPAction
+
 from .arena import Arena
 from .btf import load_btf, vmlinux_btf_id
-from .consts import AttachType, LogLevel, MapFlags, MapType, ProgFlags, ProgType, XDPAction, XDPFlags
+from .consts import LogLevel, XDPFlags
 from .errors import BPFError, BTFLoadError, VerifierError
 from .link import Link, run_in_netns
 from .maps import Map, possible_cpus

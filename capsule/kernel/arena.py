@@ -21,7 +21,8 @@ import ctypes
 import mmap
 import os
 
-from .consts import MapFlags, MapType
+from capsule.bpf.uapi import MapFlags, MapType
+
 from .maps import Map
 from .sys import FD
 

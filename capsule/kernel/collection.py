@@ -20,13 +20,13 @@ from capsule.bpf.btf_types import Datasec, Kind
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import CallKind, Pseudo
 from capsule.bpf.spec import ExternVar, MapSpec, ObjectSpec, ProgramSpec
+from capsule.bpf.uapi import MapFlags, MapType, ProgType
 
 from .arena import PAGE, Arena
 from .btf import load_btf, vmlinux_btf_id
-from .consts import MapFlags, MapType
 from .errors import BPFError, LoadError
 from .kconfig import kallsyms, kconfig_contents
-from .maps import Map
+from .maps import Map, possible_cpus
 from .prog import Program
 from .sys import FD
 
@@ -171,6 +171,9 @@ def _ringbuf_size(n: int) -> int:
 def _create_map(ms: MapSpec, btf_fd: FD | None) -> Map:
     if ms.type in (MapType.RINGBUF, MapType.USER_RINGBUF):
         ms = replace(ms, max_entries=_ringbuf_size(ms.max_entries))
+    if ms.type == MapType.PERF_EVENT_ARRAY and not ms.max_entries:
+        # one slot per CPU is what such a map is for, so objects leave the size out; libbpf fills it in
+        ms = replace(ms, max_entries=possible_cpus())
     if ms.type == MapType.ARENA:
         # an arena is memory, not elements; the kernel wants its user address fixed (mmap) before a program
         # that uses it loads. With no address given, a 4 GiB-aligned one makes arena offsets and 32-bit arena
@@ -259,7 +262,7 @@ def load_program(
     ps: ProgramSpec, maps: dict[str, Map], btf_fd: FD | None, *, log_level: int = 0, log_size: int = 0
 ) -> Program:
     """Resolve and load one program. Raises ``VerifierError`` with the log when the kernel refuses it."""
-    if ps.type == 0:  # BPF_PROG_TYPE_UNSPEC: the reader did not recognise the section name
+    if ps.type == ProgType.UNSPEC:  # the reader did not recognise the section name
         raise LoadError(f"program {ps.name!r}: section {ps.section!r} names no program type capsule can load")
     insns = resolve_refs(ps, maps)
     with_btf = btf_fd is not None and bool(ps.func_infos)

@@ -1,5 +1,8 @@
-"""Numbers from include/uapi/linux/bpf.h (Linux 6.18) that the kernel layer speaks.
+"""Numbers from include/uapi/linux/bpf.h (Linux 6.18) that only the bpf(2) syscall layer speaks: commands,
+link types, update and log flags, test-run and ring buffer bits.
 
+Numbers that objects and code generators speak of too (program, map and attach types, load and map flags,
+helper ids, XDP verdicts) live in ``capsule.bpf.uapi``; they are re-exported here for the kernel layer.
 The uapi enums only ever grow by appending, so these values hold on every kernel that knows the name.
 """
 
@@ -7,7 +10,16 @@ from __future__ import annotations
 
 from enum import IntEnum, IntFlag
 
-from capsule.bpf.uapi import AttachType, ProgFlags, ProgType  # noqa: F401 (they belong to both layers)
+from capsule.bpf.uapi import (  # noqa: F401 (they belong to both layers)
+    PERCPU_MAP_TYPES,
+    AttachType,
+    Helper,
+    MapFlags,
+    MapType,
+    ProgFlags,
+    ProgType,
+    XDPAction,
+)
 
 BPF_OBJ_NAME_LEN = 16
 BPF_TAG_SIZE = 8
@@ -55,49 +67,6 @@ class Cmd(IntEnum):
     TOKEN_CREATE = 36
 
 
-class MapType(IntEnum):
-    """enum bpf_map_type."""
-
-    UNSPEC = 0
-    HASH = 1
-    ARRAY = 2
-    PROG_ARRAY = 3
-    PERF_EVENT_ARRAY = 4
-    PERCPU_HASH = 5
-    PERCPU_ARRAY = 6
-    STACK_TRACE = 7
-    CGROUP_ARRAY = 8
-    LRU_HASH = 9
-    LRU_PERCPU_HASH = 10
-    LPM_TRIE = 11
-    ARRAY_OF_MAPS = 12
-    HASH_OF_MAPS = 13
-    DEVMAP = 14
-    SOCKMAP = 15
-    CPUMAP = 16
-    XSKMAP = 17
-    SOCKHASH = 18
-    CGROUP_STORAGE = 19
-    REUSEPORT_SOCKARRAY = 20
-    PERCPU_CGROUP_STORAGE = 21
-    QUEUE = 22
-    STACK = 23
-    SK_STORAGE = 24
-    DEVMAP_HASH = 25
-    STRUCT_OPS = 26
-    RINGBUF = 27
-    INODE_STORAGE = 28
-    TASK_STORAGE = 29
-    BLOOM_FILTER = 30
-    USER_RINGBUF = 31
-    CGRP_STORAGE = 32
-    ARENA = 33
-
-
-PERCPU_MAP_TYPES = frozenset({MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_PERCPU_HASH,
-                              MapType.PERCPU_CGROUP_STORAGE})
-
-
 class LinkType(IntEnum):
     """enum bpf_link_type."""
 
@@ -116,30 +85,6 @@ class LinkType(IntEnum):
     UPROBE_MULTI = 12
     NETKIT = 13
     SOCKMAP = 14
-
-
-class MapFlags(IntFlag):
-    """BPF_MAP_CREATE map_flags."""
-
-    NO_PREALLOC = 1 << 0
-    NO_COMMON_LRU = 1 << 1
-    NUMA_NODE = 1 << 2
-    RDONLY = 1 << 3
-    WRONLY = 1 << 4
-    STACK_BUILD_ID = 1 << 5
-    ZERO_SEED = 1 << 6
-    RDONLY_PROG = 1 << 7
-    WRONLY_PROG = 1 << 8
-    CLONE = 1 << 9
-    MMAPABLE = 1 << 10
-    PRESERVE_ELEMS = 1 << 11
-    INNER_MAP = 1 << 12
-    LINK = 1 << 13
-    PATH_FD = 1 << 14
-    VTYPE_BTF_OBJ_FD = 1 << 15
-    TOKEN_FD = 1 << 16
-    SEGV_ON_FAULT = 1 << 17
-    NO_USER_CONV = 1 << 18
 
 
 class UpdateFlags(IntEnum):
@@ -169,30 +114,6 @@ class XDPFlags(IntFlag):
     DRV_MODE = 1 << 2
     HW_MODE = 1 << 3
     REPLACE = 1 << 4
-
-
-class XDPAction(IntEnum):
-    ABORTED = 0
-    DROP = 1
-    PASS = 2
-    TX = 3
-    REDIRECT = 4
-
-
-class Helper(IntEnum):
-    """A few helper function ids (enum bpf_func_id) used by tests and runtime code."""
-
-    MAP_LOOKUP_ELEM = 1
-    MAP_UPDATE_ELEM = 2
-    MAP_DELETE_ELEM = 3
-    KTIME_GET_NS = 5
-    GET_PRANDOM_U32 = 7
-    GET_SMP_PROCESSOR_ID = 8
-    TAIL_CALL = 12
-    RINGBUF_OUTPUT = 130
-    RINGBUF_RESERVE = 131
-    RINGBUF_SUBMIT = 132
-    RINGBUF_DISCARD = 133
 
 
 STATS_RUN_TIME = 0  # enum bpf_stats_type

@@ -15,7 +15,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from .consts import AttachType, Cmd, LinkType
+from capsule.bpf.uapi import AttachType
+
+from .consts import Cmd, LinkType
 from .sys import FD, LinkCreateAttr, LinkDetachAttr, LinkInfo, bpf, obj_get_info
 
 T = TypeVar("T")

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from capsule.bpf.spec import MapSpec
+from capsule.bpf.uapi import PERCPU_MAP_TYPES, MapFlags, MapType
 
-from .consts import PERCPU_MAP_TYPES, Cmd, MapFlags, MapType, UpdateFlags
+from .consts import Cmd, UpdateFlags
 from .errors import BPFError
 from .sys import FD, MapCreateAttr, MapElemAttr, MapInfo, Owner, addr, bpf, bpf_errno, name_bytes, obj_get_info
 
@@ -47,7 +48,7 @@ class Map(Owner):
     def __init__(self, fd: FD, type: int, key_size: int, value_size: int, max_entries: int, *,
                  flags: int = 0, name: str = "", map_extra: int = 0) -> None:
         self._fd = fd
-        self.type = MapType(type) if type in MapType._value2member_map_ else type
+        self.type = MapType(type)
         self.key_size = key_size
         self.value_size = value_size
         self.max_entries = max_entries
@@ -72,7 +73,7 @@ class Map(Owner):
             btf_fd=int(btf_fd) if btf_fd is not None else 0,
             btf_key_type_id=btf_key_type_id, btf_value_type_id=btf_value_type_id, map_extra=map_extra,
         )
-        label = MapType(type).name if type in MapType._value2member_map_ else str(type)
+        label = MapType(type).label
         what = (f"creating {label} map {name!r} (key {key_size}, value {value_size}, "
                 f"max_entries {max_entries}, flags {int(flags):#x})")
         fd = FD(bpf(Cmd.MAP_CREATE, attr, what))

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 from capsule.bpf.insn import Insn, encode
 from capsule.bpf.spec import FuncInfo, LineInfo
+from capsule.bpf.uapi import ProgType
+from capsule.ints import signed
 
-from .consts import STATS_RUN_TIME, Cmd, LogLevel, ProgType
+from .consts import STATS_RUN_TIME, Cmd, LogLevel
 from .errors import VerifierError
 from .sys import (
     FD,
@@ -57,7 +59,7 @@ class TestRunResult:
 
     @property
     def retval_signed(self) -> int:
-        return self.retval - (1 << 32) if self.retval & 0x80000000 else self.retval
+        return signed(self.retval, 32)
 
 
 @dataclass
@@ -103,7 +105,7 @@ class Program(Owner):
     def __init__(self, fd: FD, type: int, name: str = "", log: str = "",
                  stats: VerifierStats | None = None) -> None:
         self._fd = fd
-        self.type = ProgType(type) if type in ProgType._value2member_map_ else type
+        self.type = ProgType(type)
         self.name = name
         self.log = log  # the verifier log, when a log level was asked for
         self.stats = stats  # parsed from ``log``
@@ -186,7 +188,7 @@ class Program(Owner):
             if not level and not retried_for_log:
                 level, size, retried_for_log = LogLevel.BRANCHES, _LOG_DEFAULT, True
                 continue
-            tname = ProgType(type).name if type in ProgType._value2member_map_ else str(type)
+            tname = ProgType(type).label
             raise VerifierError(err, f"loading {tname} program {name!r} ({len(code) // 8} insns)", text)
 
     @classmethod

@@ -15,7 +15,9 @@ import select
 import struct
 from collections.abc import Callable
 
-from .consts import RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT, RINGBUF_HDR_SZ, MapType
+from capsule.bpf.uapi import MapType
+
+from .consts import RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT, RINGBUF_HDR_SZ
 from .maps import Map
 
 PAGE = mmap.PAGESIZE

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from capsule.bpf.opcodes import Alu, Class, Src
+from capsule.bpf.opcodes import NUM_REGS, Alu, Class, Src
 
 if TYPE_CHECKING:
     from .analysis import Analysis
 
-NREGS = 11
+NREGS = NUM_REGS
 _MOV64_X = Class.ALU64 | Alu.MOV | Src.X
 _REGS = (1 << NREGS) - 1
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from capsule.bpf.opcodes import CallKind, Jmp
+from capsule.bpf.opcodes import OP_MASK, CallKind, Jmp
 
 from .effects import CALL, EXIT, JUMPS, LD_IMM64
 from .rewrite import Code
@@ -163,7 +163,7 @@ def build_cfg(code: Code) -> CFG:
                 pass
             elif last in JUMPS:
                 # JA (and gotol) always jump; may_goto (JCOND) may fall through
-                if last & 0xF0 != _JA and e < fe:
+                if last & OP_MASK != _JA and e < fe:
                     b.succs.append(e)
                 t = targets[e - 1]
                 if t not in b.succs:

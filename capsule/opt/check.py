@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 from capsule.bpf.opcodes import Class
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
+from capsule.bpf.uapi import MapType, ProgType
 from capsule.kernel.collection import LoadError, create_maps, load_object_btf, load_program
-from capsule.kernel.consts import LogLevel, MapType, ProgType
+from capsule.kernel.consts import LogLevel
 from capsule.kernel.errors import BPFError, VerifierError
 from capsule.kernel.maps import Map
 from capsule.kernel.sys import FD
@@ -168,7 +169,7 @@ class Checker:
         note = "run on generated inputs"
         outputs = first
         if not runs:
-            tname = ProgType(ps.type).name.lower() if ps.type in ProgType._value2member_map_ else str(ps.type)
+            tname = ProgType(ps.type).label.lower()
             note = f"verified only: {tname} programs cannot be test-run"
         else:
             _, second = self._side(ps, ctx_size, runs)

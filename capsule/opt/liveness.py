@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import CallKind, Class, Mode
+from capsule.bpf.opcodes import CLASS_MASK, FP, LD_IMM64, MEM_SIZE, MODE_MASK, SIZE_MASK, CallKind, Class, Mode
+from capsule.bpf.uapi import Helper
 
 from .cfg import CFG, Block, Function
 from .effects import ARGS, CALL, HELPER_ARGS, Effect, effects, mem_size, reg_mask
@@ -26,7 +27,6 @@ from .values import Kind, Values
 
 __all__ = ["Liveness", "liveness", "StackLiveness", "stack_liveness", "faint", "pure"]
 
-FP = 10
 _ALWAYS = reg_mask(FP)
 
 
@@ -56,8 +56,8 @@ def pure(ins: Insn) -> bool:
     return ins.code in _PURE
 
 
-_PURE = frozenset(c for c in range(256) if c & 7 in (Class.ALU, Class.ALU64) or c == 0x18 or (
-    c & 7 == Class.LDX and c & 0xE0 in (Mode.MEM, Mode.MEMSX)))
+_PURE = frozenset(c for c in range(256) if c & CLASS_MASK in (Class.ALU, Class.ALU64) or c == LD_IMM64 or (
+    c & CLASS_MASK == Class.LDX and c & MODE_MASK in (Mode.MEM, Mode.MEMSX)))
 
 
 def faint(cfg: CFG, effs: list[Effect] | None = None) -> set[int]:
@@ -213,10 +213,10 @@ class StackLiveness:
 _ALL = (1 << 512) - 1
 _STACK, _TOP = Kind.STACK, Kind.TOP
 _ATOMIC = int(Mode.ATOMIC)
-_MEM_SIZE = {0x00: 4, 0x08: 2, 0x10: 1, 0x18: 8}
+_LDX, _ST, _STX = int(Class.LDX), int(Class.ST), int(Class.STX)
 # helpers that only touch the memory their pointer arguments point at (bpf_loop runs a callback; the printk
 # family may follow pointers stored in their data array: not listed)
-_PLAIN_HELPERS = frozenset(HELPER_ARGS) - {6, 165, 181}
+_PLAIN_HELPERS = frozenset(HELPER_ARGS) - {Helper.TRACE_PRINTK, Helper.SNPRINTF, Helper.LOOP}
 
 
 def _stack_bytes(off: int, size: int) -> int | None:
@@ -250,7 +250,7 @@ def stack_liveness(cfg: CFG, effs: list[Effect] | None = None, values: Values | 
     codes = [ins.code for ins in insns]
     for fstart, fn in cfg.functions.items():
         tracked[fstart] = True
-        if not any(c & 7 == 2 or c & 7 == 3 for c in codes[fn.start:fn.end]):
+        if not any(c & CLASS_MASK == _ST or c & CLASS_MASK == _STX for c in codes[fn.start:fn.end]):
             continue  # no store to judge
         size = fn.end - fn.start
         gen = [0] * size
@@ -260,14 +260,14 @@ def stack_liveness(cfg: CFG, effs: list[Effect] | None = None, values: Values | 
             if st is None:
                 continue
             c = codes[i]
-            cls = c & 7
-            if cls == 1 or (cls == 3 and c & 0xE0 == _ATOMIC):  # loads, atomics read
+            cls = c & CLASS_MASK
+            if cls == _LDX or (cls == _STX and c & MODE_MASK == _ATOMIC):  # loads, atomics read
                 ins = insns[i]
                 v = st[0][ins.src if cls == 1 else ins.dst]
                 vk = v[0]
                 if vk is _STACK:
                     off = v.const_offset
-                    m = _stack_bytes(off + ins.off, _MEM_SIZE[c & 0x18]) if off is not None else None
+                    m = _stack_bytes(off + ins.off, MEM_SIZE[c & SIZE_MASK]) if off is not None else None
                     gen[i - fn.start] = _ALL if m is None else m
                 elif vk is _TOP:
                     gen[i - fn.start] = _ALL
@@ -277,7 +277,7 @@ def stack_liveness(cfg: CFG, effs: list[Effect] | None = None, values: Values | 
                 if v[0] is _STACK:
                     off = v.const_offset
                     if off is not None:
-                        m = _stack_bytes(off + ins.off, _MEM_SIZE[c & 0x18])
+                        m = _stack_bytes(off + ins.off, MEM_SIZE[c & SIZE_MASK])
                         if m is not None:
                             kill[i - fn.start] = m
                             store_at[i] = m
@@ -318,10 +318,10 @@ def _frame_escapes(cfg: CFG, fstart: int, effs: list[Effect]) -> bool:
     insns = cfg.code.insns
     for i in range(fn.start, fn.end):
         ins = insns[i]
-        cls = ins.code & 7
+        cls = ins.code & CLASS_MASK
         if cls == Class.LDX and ins.src == FP:
             continue
-        if cls in (Class.ST, Class.STX) and ins.dst == FP and (ins.code & 0xE0) == Mode.MEM:
+        if cls in (Class.ST, Class.STX) and ins.dst == FP and (ins.code & MODE_MASK) == Mode.MEM:
             if cls == Class.STX and ins.src == FP:
                 return True
             continue
@@ -345,13 +345,13 @@ def _stack_liveness_fp(cfg: CFG, effs: list[Effect]) -> StackLiveness:
         kill = [0] * (fn.end - fn.start)
         for i in range(fn.start, fn.end):
             ins = insns[i]
-            cls = ins.code & 7
+            cls = ins.code & CLASS_MASK
             if cls == 1 and ins.src == FP:
                 m = _stack_bytes(ins.off, mem_size(ins))
                 gen[i - fn.start] = _ALL if m is None else m
             elif (cls == 2 or cls == 3) and ins.dst == FP:
                 m = _stack_bytes(ins.off, mem_size(ins))
-                if ins.code & 0xE0 == Mode.ATOMIC:  # reads the old value
+                if ins.code & MODE_MASK == Mode.ATOMIC:  # reads the old value
                     gen[i - fn.start] = _ALL if m is None else m
                 elif m is not None:
                     kill[i - fn.start] = m

@@ -17,6 +17,8 @@ import weakref
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
+from capsule.bpf.opcodes import NUM_REGS
+
 from .liveness import liveness
 
 if TYPE_CHECKING:
@@ -24,8 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalDefs", "WINDOW", "FAR"]
 
-_NREGS = 11
-_REGS = (1 << _NREGS) - 1
+_REGS = (1 << NUM_REGS) - 1
 WINDOW = 64  # how far the scans look (patterns are short; long blocks must not make them quadratic)
 FAR = -2
 
@@ -127,8 +128,8 @@ class LocalDefs:
 
     def _build(self, blk: int) -> tuple[int, list[list[int]], list[list[int]]]:
         effs, block_of = self.effects, self.block_of
-        uses: list[list[int]] = [[] for _ in range(_NREGS)]
-        defs: list[list[int]] = [[] for _ in range(_NREGS)]
+        uses: list[list[int]] = [[] for _ in range(NUM_REGS)]
+        defs: list[list[int]] = [[] for _ in range(NUM_REGS)]
         m, n = blk, len(effs)
         while m < n and block_of[m] == blk:
             e = effs[m]

@@ -24,7 +24,7 @@ from .rewrite import Code
 from .rewrite import count_slots as _count
 
 __all__ = ["PassRecord", "ProgramResult", "ObjectResult", "optimize_program", "optimize_object", "make_passes",
-           "count_slots"]
+           "CodeOutsideProgramsError", "refuse_code_outside_programs", "count_slots"]
 
 
 def count_slots(ps: ProgramSpec) -> int:
@@ -171,10 +171,29 @@ def _optimize_program(ps: ProgramSpec, passes: Sequence[Pass], check: CheckFn | 
     return res
 
 
+class CodeOutsideProgramsError(ValueError):
+    """The object holds code no program holds: the optimised object would silently lack it."""
+
+
+def refuse_code_outside_programs(spec: ObjectSpec) -> None:
+    """Raise ``CodeOutsideProgramsError`` naming the code of an object read from ELF that no program holds
+    (``UnlinkedCode.unplaced``): what the optimizer does not hold as a program it must not drop."""
+    lost = spec.unlinked.unplaced if spec.unlinked is not None else []
+    if lost:
+        listed = "; ".join(str(u) for u in lost[:4]) + (f"; and {len(lost) - 4} more" if len(lost) > 4 else "")
+        raise CodeOutsideProgramsError(
+            f"code outside any program ({listed}): capsule opt rewrites programs and what they call, so the "
+            "output would lack it; nothing written")
+
+
 def optimize_object(spec: ObjectSpec, passes: Sequence[Pass], check: CheckFn | None = None,
                     programs: Sequence[str] | None = None) -> ObjectResult:
-    """Optimise every program (or the named ones); returns a new ``ObjectSpec`` and per-program results."""
-    out = replace(spec, programs=dict(spec.programs))
+    """Optimise every program (or the named ones); returns a new ``ObjectSpec`` and per-program results.
+
+    The result holds the programs and what they call, nothing else; so an object with code no program holds
+    is refused (``refuse_code_outside_programs``) rather than returned without that code."""
+    refuse_code_outside_programs(spec)
+    out = replace(spec, programs=dict(spec.programs), unlinked=None)  # the code as read no longer describes it
     results: dict[str, ProgramResult] = {}
     for name, ps in spec.programs.items():
         if programs is not None and name not in programs:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from capsule.bpf.opcodes import NUM_REGS
+
 from .cfg import CFG
 from .effects import Effect, effects, regs_of
 
 __all__ = ["ENTRY", "DefUse", "def_use"]
 
 ENTRY = -1
-_NREGS = 11
 
 Defs = tuple[frozenset[int], ...]
 
@@ -44,11 +45,11 @@ class DefUse:
 def def_use(cfg: CFG, effs: list[Effect] | None = None) -> DefUse:
     insns = cfg.code.insns
     n = len(insns)
-    empty: Defs = tuple(frozenset() for _ in range(_NREGS))
+    empty: Defs = tuple(frozenset() for _ in range(NUM_REGS))
     reaching: list[Defs] = [empty] * n
     effs = effs if effs is not None else effects(insns)
     defined = [regs_of(e.defs) for e in effs]
-    entry: Defs = tuple(frozenset({ENTRY}) for _ in range(_NREGS))
+    entry: Defs = tuple(frozenset({ENTRY}) for _ in range(NUM_REGS))
     for fn in cfg.functions.values():
         block_in: dict[int, Defs] = {fn.start: entry}
         order = fn.rpo()

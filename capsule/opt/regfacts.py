@@ -11,11 +11,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection
 
+from capsule.bpf.opcodes import NUM_REGS
+
 from .analysis import Analysis
 
 __all__ = ["Held", "Step", "NREGS", "NOTHING", "must_hold"]
 
-NREGS = 11  # r0..r10
+NREGS = NUM_REGS
 Held = tuple  # per register: its fact, or None
 NOTHING: Held = (None,) * NREGS
 # updates the per-register facts (a list of NREGS) for instruction i

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import CallKind, Pseudo
+from capsule.bpf.opcodes import CLASS_MASK, LD_IMM64, CallKind, Class, Pseudo
 from capsule.bpf.spec import FuncInfo, LineInfo, ProgramSpec
+from capsule.ints import MASK32, fits_signed, signed
 
 __all__ = ["Code", "RewriteError", "has_target"]
 
@@ -25,10 +26,13 @@ class RewriteError(ValueError):
     """An edit that would break the program's structure (e.g. emptying a function)."""
 
 
+_MAY_TARGET = (Class.LD, Class.JMP, Class.JMP32)  # the classes of ld_imm64, calls and jumps
+
+
 def has_target(ins: Insn) -> bool:
     """Whether ``ins`` refers to another instruction of the program by relative offset."""
     c = ins.code
-    if c & 7 not in (0, 5, 6):
+    if c & CLASS_MASK not in _MAY_TARGET:
         return False  # neither a jump, a call nor ld_imm64 (the common case, decided without properties)
     if ins.is_jump:
         return True
@@ -40,22 +44,17 @@ def has_target(ins: Insn) -> bool:
 def slot_offsets(insns: list[Insn]) -> list[int]:
     """The slot at which each instruction starts (``capsule.bpf.insn.slot_offsets``, without a method call
     per instruction)."""
-    return list(accumulate((2 if ins.code == 0x18 else 1 for ins in insns), initial=0))[:-1] if insns else []
+    return list(accumulate((2 if ins.code == LD_IMM64 else 1 for ins in insns), initial=0))[:-1] if insns else []
 
 
 def count_slots(insns: list[Insn]) -> int:
     codes = [ins.code for ins in insns]
-    return len(codes) + codes.count(0x18)
-
-
-def _s32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
+    return len(codes) + codes.count(LD_IMM64)
 
 
 def _rel(ins: Insn) -> int:
     if ins.is_ld_imm64:
-        return _s32(ins.imm)
+        return signed(ins.imm, 32)
     if ins.is_call:
         return ins.imm
     return ins.jump_offset()
@@ -113,8 +112,8 @@ class Code:
             ins = out[i]
             delta = offs[t] - offs[i] - 1
             if ins.is_ld_imm64:
-                if ins.imm != delta & 0xFFFFFFFF:
-                    out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta & 0xFFFFFFFF, ins.ref, ins.sym)
+                if ins.imm != delta & MASK32:
+                    out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta & MASK32, ins.ref, ins.sym)
             elif ins.is_call:
                 if ins.imm != delta:
                     out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta, ins.ref, ins.sym)
@@ -122,7 +121,7 @@ class Code:
                 if ins.imm != delta:
                     out[i] = Insn(ins.code, ins.dst, ins.src, ins.off, delta, ins.ref, ins.sym)
             else:
-                if not -(1 << 15) <= delta < 1 << 15:
+                if not fits_signed(delta, 16):
                     raise RewriteError(f"instruction {i}: jump offset {delta} does not fit 16 bits")
                 if ins.off != delta:
                     out[i] = Insn(ins.code, ins.dst, ins.src, delta, ins.imm, ins.ref, ins.sym)

@@ -8,23 +8,15 @@ operations zero-extend their result, immediates of 64-bit operations are sign-ex
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import Alu, Class, Jmp, Src
+from capsule.bpf.opcodes import OP_MASK, Alu, Class, Jmp, Src
+from capsule.ints import MASK32, MASK64, signed, unsigned
 
-M64 = (1 << 64) - 1
-M32 = (1 << 32) - 1
-
-__all__ = ["alu_result", "branch_taken", "sext", "imm64", "M64", "M32"]
-
-
-def sext(v: int, bits: int) -> int:
-    """Sign-extend the low ``bits`` of ``v`` to a Python int."""
-    v &= (1 << bits) - 1
-    return v - (1 << bits) if v >> (bits - 1) & 1 else v
+__all__ = ["alu_result", "branch_taken", "imm64"]
 
 
 def imm64(imm: int) -> int:
     """The 64-bit unsigned value of a 32-bit immediate as a 64-bit operation sees it (sign-extended)."""
-    return sext(imm, 32) & M64
+    return unsigned(signed(imm, 32))
 
 
 def _bswap(v: int, bits: int) -> int:
@@ -36,9 +28,9 @@ def alu_result(ins: Insn, dst: int, src: int) -> int | None:
     values of ``dst`` and of the source operand (``src`` is ignored for K forms). None when the operation is
     not one this function models (then the caller must not fold)."""
     w32 = ins.cls == Class.ALU
-    op = ins.code & 0xF0
+    op = ins.code & OP_MASK
     bits = 32 if w32 else 64
-    mask = M32 if w32 else M64
+    mask = MASK32 if w32 else MASK64
     if op == Alu.END:
         width = ins.imm
         if width not in (16, 32, 64):
@@ -48,17 +40,17 @@ def alu_result(ins: Insn, dst: int, src: int) -> int | None:
         if ins.code & Src.X:  # to_be
             return _bswap(dst, width)
         return dst & ((1 << width) - 1)  # to_le: truncation on little endian
-    b = (src if ins.code & Src.X else (ins.imm & M32 if w32 else imm64(ins.imm))) & mask
+    b = (src if ins.code & Src.X else (ins.imm & MASK32 if w32 else imm64(ins.imm))) & mask
     a = dst & mask
     if op == Alu.MOV:
         if ins.code & Src.X and ins.off in (8, 16, 32):
-            return sext(b, ins.off) & mask
+            return signed(b, ins.off) & mask
         if ins.off not in (0,):
             return None  # addr_space_cast and friends
         return b
     if ins.off not in (0, 1) or (ins.off == 1 and op not in (Alu.DIV, Alu.MOD)):
         return None
-    signed = ins.off == 1
+    sdiv = ins.off == 1  # sdiv / smod
     if op == Alu.ADD:
         r = a + b
     elif op == Alu.SUB:
@@ -68,8 +60,8 @@ def alu_result(ins: Insn, dst: int, src: int) -> int | None:
     elif op == Alu.DIV:
         if b == 0:
             r = 0
-        elif signed:
-            sa, sb = sext(a, bits), sext(b, bits)
+        elif sdiv:
+            sa, sb = signed(a, bits), signed(b, bits)
             q = abs(sa) // abs(sb)
             r = q if (sa < 0) == (sb < 0) else -q
         else:
@@ -77,8 +69,8 @@ def alu_result(ins: Insn, dst: int, src: int) -> int | None:
     elif op == Alu.MOD:
         if b == 0:
             r = a
-        elif signed:
-            sa, sb = sext(a, bits), sext(b, bits)
+        elif sdiv:
+            sa, sb = signed(a, bits), signed(b, bits)
             m = abs(sa) % abs(sb)
             r = -m if sa < 0 else m
         else:
@@ -94,7 +86,7 @@ def alu_result(ins: Insn, dst: int, src: int) -> int | None:
     elif op == Alu.RSH:
         r = a >> (b & (bits - 1))
     elif op == Alu.ARSH:
-        r = sext(a, bits) >> (b & (bits - 1))
+        r = signed(a, bits) >> (b & (bits - 1))
     elif op == Alu.NEG:
         r = -a
     else:
@@ -104,13 +96,13 @@ def alu_result(ins: Insn, dst: int, src: int) -> int | None:
 
 def branch_taken(ins: Insn, dst: int, src: int) -> bool | None:
     """Whether a conditional jump is taken for concrete operand values (None for JA/may_goto/others)."""
-    op = ins.code & 0xF0
+    op = ins.code & OP_MASK
     w32 = ins.cls == Class.JMP32
     bits = 32 if w32 else 64
-    mask = M32 if w32 else M64
+    mask = MASK32 if w32 else MASK64
     b = (src if ins.code & Src.X else imm64(ins.imm)) & mask
     a = dst & mask
-    sa, sb = sext(a, bits), sext(b, bits)
+    sa, sb = signed(a, bits), signed(b, bits)
     table = {
         Jmp.JEQ: a == b,
         Jmp.JNE: a != b,

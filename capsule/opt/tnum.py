@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-M64 = (1 << 64) - 1
-M32 = (1 << 32) - 1
+from capsule.ints import MASK32, MASK64
 
 _new = tuple.__new__
 
@@ -22,7 +21,7 @@ class Tnum(NamedTuple):
 
     @staticmethod
     def const(v: int) -> Tnum:
-        return _new(Tnum, (v & M64, 0))
+        return _new(Tnum, (v & MASK64, 0))
 
     @staticmethod
     def unknown() -> Tnum:
@@ -52,28 +51,28 @@ class Tnum(NamedTuple):
         if self == o:
             return self
         mask = self[1] | o[1] | (self[0] ^ o[0])
-        return _new(Tnum, (self[0] & ~mask & M64, mask))
+        return _new(Tnum, (self[0] & ~mask & MASK64, mask))
 
     def add(self, o: Tnum) -> Tnum:
         a, am = self
         b, bm = o
         if not (am | bm):
-            return _new(Tnum, ((a + b) & M64, 0))
-        sm = (am + bm) & M64
-        sv = (a + b) & M64
-        chi = ((sm + sv) & M64) ^ sv
+            return _new(Tnum, ((a + b) & MASK64, 0))
+        sm = (am + bm) & MASK64
+        sv = (a + b) & MASK64
+        chi = ((sm + sv) & MASK64) ^ sv
         mu = chi | am | bm
-        return _new(Tnum, (sv & ~mu & M64, mu & M64))
+        return _new(Tnum, (sv & ~mu & MASK64, mu & MASK64))
 
     def sub(self, o: Tnum) -> Tnum:
         a, am = self
         b, bm = o
-        dv = (a - b) & M64
+        dv = (a - b) & MASK64
         if not (am | bm):
             return _new(Tnum, (dv, 0))
-        chi = ((dv + am) & M64) ^ ((dv - bm) & M64)
+        chi = ((dv + am) & MASK64) ^ ((dv - bm) & MASK64)
         mu = chi | am | bm
-        return _new(Tnum, (dv & ~mu & M64, mu & M64))
+        return _new(Tnum, (dv & ~mu & MASK64, mu & MASK64))
 
     def and_(self, o: Tnum) -> Tnum:
         alpha = self[0] | self[1]
@@ -92,13 +91,13 @@ class Tnum(NamedTuple):
         return _new(Tnum, (v & ~mu, mu))
 
     def lsh(self, k: int) -> Tnum:
-        return _new(Tnum, ((self[0] << k) & M64, (self[1] << k) & M64))
+        return _new(Tnum, ((self[0] << k) & MASK64, (self[1] << k) & MASK64))
 
     def rsh(self, k: int) -> Tnum:
         return _new(Tnum, (self[0] >> k, self[1] >> k))
 
     def trunc32(self) -> Tnum:
-        return _new(Tnum, (self[0] & M32, self[1] & M32))
+        return _new(Tnum, (self[0] & MASK32, self[1] & MASK32))
 
 
-UNKNOWN = Tnum(0, M64)
+UNKNOWN = Tnum(0, MASK64)

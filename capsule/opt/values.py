@@ -24,16 +24,34 @@ from enum import Enum
 from typing import NamedTuple
 
 from capsule.bpf.insn import Insn
+from capsule.bpf.opcodes import (
+    CALL,
+    CLASS_MASK,
+    LD_IMM64,
+    MEM_SIZE,
+    MODE_MASK,
+    OP_MASK,
+    SIZE_MASK,
+    SRC_MASK,
+    Alu,
+    Atomic,
+    CallKind,
+    Class,
+    Mode,
+    Pseudo,
+    Size,
+)
+from capsule.bpf.uapi import ProgType
+from capsule.ints import MASK32, MASK64, signed
 
 from .cfg import CFG, Function
-from .effects import LD_IMM64
-from .semantics import M64, alu_result, imm64
+from .helpers import HELPER_WRITES, RETURNS_MAP_VALUE
+from .semantics import alu_result, imm64
 from .tnum import UNKNOWN, Tnum
 
 __all__ = ["Kind", "Val", "State", "Values", "analyze_values", "TOP", "access_val"]
 
 _new = tuple.__new__
-M32 = (1 << 32) - 1
 
 
 class Kind(Enum):
@@ -66,7 +84,7 @@ class Val(NamedTuple):
 
     @staticmethod
     def const(v: int) -> Val:
-        return _const(v & M64)
+        return _const(v & MASK64)
 
     @staticmethod
     def scalar(tn: Tnum | None = None) -> Val:
@@ -85,8 +103,7 @@ class Val(NamedTuple):
         """A pointer's exact offset (signed), when known."""
         if self[0] in _NOT_POINTER or self[1][1]:
             return None
-        v = self[1][0]
-        return v - (1 << 64) if v >> 63 else v
+        return signed(self[1][0])
 
     def join(self, o: Val) -> Val:
         if self == o:
@@ -120,11 +137,26 @@ def _const(v: int) -> Val:
 # context fields that hold packet pointers: prog type -> {offset: kind}
 _XDP = {0: K_PKT, 4: K_PKT_END, 8: K_PKT_META}
 _SKB = {76: K_PKT, 80: K_PKT_END, 140: K_PKT_META}
-CTX_POINTERS: dict[int, dict[int, Kind]] = {6: _XDP, 3: _SKB, 4: _SKB, 8: _SKB, 10: _SKB, 11: _SKB, 12: _SKB}
+_P = ProgType
+CTX_POINTERS: dict[int, dict[int, Kind]] = {
+    _P.XDP: _XDP, _P.SCHED_CLS: _SKB, _P.SCHED_ACT: _SKB, _P.CGROUP_SKB: _SKB, _P.LWT_IN: _SKB, _P.LWT_OUT: _SKB,
+    _P.LWT_XMIT: _SKB,
+}
 _NO_CTX: dict[int, Kind] = {}
-_MAP_VALUE_HELPERS = (1, 195)  # map_lookup_elem, map_lookup_percpu_elem
-_SIZE = {0x00: 4, 0x08: 2, 0x10: 1, 0x18: 8}
-_NO_VALUE = frozenset(c for c in range(256) if c & 7 in (5, 6) and c != 0x85)  # jumps, exit
+_NO_VALUE = frozenset(c for c in range(256) if c & CLASS_MASK in (Class.JMP, Class.JMP32) and c != CALL)  # jumps, exit
+# plain ints for the transfer functions, which test every instruction (no enum attribute lookups per step)
+_ALU, _ALU64, _LD, _LDX, _ST, _STX = (int(c) for c in (Class.ALU, Class.ALU64, Class.LD, Class.LDX, Class.ST,
+                                                      Class.STX))
+_ADD, _SUB, _OR, _AND, _LSH, _RSH, _NEG, _XOR, _MOV, _END = (
+    int(a) for a in (Alu.ADD, Alu.SUB, Alu.OR, Alu.AND, Alu.LSH, Alu.RSH, Alu.NEG, Alu.XOR, Alu.MOV, Alu.END))
+_MEM, _MEMSX, _ATOMIC = int(Mode.MEM), int(Mode.MEMSX), int(Mode.ATOMIC)
+_DW = int(Size.DW)
+_MOV64_K = int(Class.ALU64 | Alu.MOV)
+_MOV64_X = _MOV64_K | SRC_MASK
+_ATOMIC_FETCH, _CMPXCHG = int(Atomic.FETCH), int(Atomic.CMPXCHG)
+_BPF_CALL = int(CallKind.BPF)
+_MODE_CLASS = MODE_MASK | CLASS_MASK
+_ST_MEM, _STX_MEM = _ST | _MEM, _STX | _MEM
 
 
 class State(NamedTuple):
@@ -170,7 +202,7 @@ def _mem_access(st: State, base: int, off: int) -> Val:
     v = st[0][base]
     if v[0] in _NOT_POINTER:
         return v
-    return _new(Val, (v[0], v[1].add(_new(Tnum, (off & M64, 0))), v[2]))
+    return _new(Val, (v[0], v[1].add(_new(Tnum, (off & MASK64, 0))), v[2]))
 
 
 def access_val(values: Values, i: int, base: int, off: int) -> Val:
@@ -182,19 +214,19 @@ def access_val(values: Values, i: int, base: int, off: int) -> Val:
 # -- transfer functions ---------------------------------------------------------------------------------------
 def _alu(ins: Insn, regs: list[Val]) -> Val:
     c = ins.code
-    w32 = c & 7 == 4
-    op = c & 0xF0
-    x = c & 0x08
-    if op == 0xB0 and not ins.off:  # mov
+    w32 = c & CLASS_MASK == _ALU
+    op = c & OP_MASK
+    x = c & SRC_MASK
+    if op == _MOV and not ins.off:  # mov
         if not x:
-            return _const(ins.imm & M32 if w32 else imm64(ins.imm))
+            return _const(ins.imm & MASK32 if w32 else imm64(ins.imm))
         s = regs[ins.src]
         if not w32:
             return s
         if s[0] is K_SCALAR:
-            return _new(Val, (K_SCALAR, s[1].trunc32(), None)) if s[1][1] else _const(s[1][0] & M32)
+            return _new(Val, (K_SCALAR, s[1].trunc32(), None)) if s[1][1] else _const(s[1][0] & MASK32)
         return _RANGE[32]
-    if op == 0xB0:
+    if op == _MOV:
         if ins.off == 1 and x and not w32:  # addr_space_cast
             if ins.imm >> 16 == 0:  # to the kernel address space: an arena pointer the program may dereference
                 return _new(Val, (K_ARENA, UNKNOWN, None))
@@ -209,21 +241,21 @@ def _alu(ins: Insn, regs: list[Val]) -> Val:
     if x:
         s = regs[ins.src]
     else:
-        s = _const(ins.imm & M32 if w32 else imm64(ins.imm))  # sign-extended, as 64-bit operations see it
+        s = _const(ins.imm & MASK32 if w32 else imm64(ins.imm))  # sign-extended, as 64-bit operations see it
     dk = d[0]
-    if dk is K_SCALAR and (s[0] is K_SCALAR or op in (0x80, 0xD0)):
-        if not d[1][1] and (not s[1][1] or op in (0x80, 0xD0)):
+    if dk is K_SCALAR and (s[0] is K_SCALAR or op in (_NEG, _END)):
+        if not d[1][1] and (not s[1][1] or op in (_NEG, _END)):
             r = alu_result(ins, d[1][0], s[1][0])
             if r is not None:
                 return _const(r)
         return _new(Val, (K_SCALAR, _alu_bits(ins, d[1], s[1], w32), None))
-    if not w32 and op in (0x00, 0x10) and not ins.off:
+    if not w32 and op in (_ADD, _SUB) and not ins.off:
         sk = s[0]
         if dk not in _NOT_POINTER and sk is K_SCALAR:
-            return _new(Val, (dk, d[1].add(s[1]) if op == 0 else d[1].sub(s[1]), d[2]))
-        if op == 0 and sk not in _NOT_POINTER and dk is K_SCALAR:
+            return _new(Val, (dk, d[1].add(s[1]) if op == _ADD else d[1].sub(s[1]), d[2]))
+        if op == _ADD and sk not in _NOT_POINTER and dk is K_SCALAR:
             return _new(Val, (sk, s[1].add(d[1]), s[2]))
-        if op == 0x10 and dk not in _NOT_POINTER and sk not in _NOT_POINTER:
+        if op == _SUB and dk not in _NOT_POINTER and sk not in _NOT_POINTER:
             return SCALAR
     if w32:
         return _RANGE[32]
@@ -234,30 +266,31 @@ def _alu(ins: Insn, regs: list[Val]) -> Val:
 
 
 def _alu_bits(ins: Insn, a: Tnum, b: Tnum, w32: bool) -> Tnum:
-    op = ins.code & 0xF0
+    op = ins.code & OP_MASK
     if w32:
         a, b = a.trunc32(), b.trunc32()
     r: Tnum
-    if ins.off and op != 0xB0:
+    if ins.off and op != _MOV:
         r = UNKNOWN
-    elif op == 0x00:
+    elif op == _ADD:
         r = a.add(b)
-    elif op == 0x10:
+    elif op == _SUB:
         r = a.sub(b)
-    elif op == 0x50:
+    elif op == _AND:
         r = a.and_(b)
-    elif op == 0x40:
+    elif op == _OR:
         r = a.or_(b)
-    elif op == 0xA0:
+    elif op == _XOR:
         r = a.xor(b)
-    elif op == 0x60 and not b[1]:
+    elif op == _LSH and not b[1]:
         r = a.lsh(b[0] & (31 if w32 else 63))
-    elif op == 0x70 and not b[1]:
+    elif op == _RSH and not b[1]:
         r = a.rsh(b[0] & (31 if w32 else 63))
-    elif op == 0xD0 and ins.imm in (16, 32) and not (ins.code & 0x08) and not (ins.code & 3 == 3):
+    elif op == _END and ins.imm in (16, 32) and not (ins.code & SRC_MASK) and ins.code & CLASS_MASK == _ALU:
+        # le16/le32 (to little endian, which this machine is): a truncation
         m = (1 << ins.imm) - 1
         r = _new(Tnum, (a[0] & m, a[1] & m))
-    elif op == 0xD0 and ins.imm in (16, 32):
+    elif op == _END and ins.imm in (16, 32):
         r = Tnum.range_bits(ins.imm)
     else:
         r = UNKNOWN
@@ -269,15 +302,14 @@ def _exact_offset(v: Val, off: int) -> int | None:
     tn = v[1]
     if tn[1]:
         return None
-    r = (tn[0] + off) & M64
-    return r - (1 << 64) if r >> 63 else r
+    return signed(tn[0] + off)
 
 
 def _load(ins: Insn, st: State, prog_type: int) -> Val:
     c = ins.code
-    if c & 0xE0 == 0x80:  # sign-extending load
+    if c & MODE_MASK == _MEMSX:  # sign-extending load
         return SCALAR
-    size = _SIZE[c & 0x18]
+    size = MEM_SIZE[c & SIZE_MASK]
     p = st[0][ins.src]
     pk = p[0]  # the kind of the accessed pointer is its base's (an offset changes only the offset)
     if pk is K_CTX and size == 4:
@@ -309,11 +341,11 @@ def _store(ins: Insn, st: State) -> dict[int, Val]:
     pk = p[0]  # the kind of the accessed pointer is its base's
     lo = _exact_offset(p, ins.off) if pk is K_STACK else None
     if lo is not None:
-        size = _SIZE[ins.code & 0x18]
-        if size == 8 and ins.code & 0xE0 == 0x60:
+        size = MEM_SIZE[ins.code & SIZE_MASK]
+        if size == 8 and ins.code & MODE_MASK == _MEM:
             if spills:
                 spills = {k: v for k, v in spills.items() if k + 8 <= lo or k >= lo + size}
-            v = st[0][ins.src] if ins.code & 7 == 3 else _const(imm64(ins.imm))
+            v = st[0][ins.src] if ins.code & CLASS_MASK == _STX else _const(imm64(ins.imm))
             if v is not TOP and v[0] is not K_TOP:
                 spills = dict(spills)
                 spills[lo] = v
@@ -324,20 +356,10 @@ def _store(ins: Insn, st: State) -> dict[int, Val]:
     return spills
 
 
-# what known helpers write through their arguments: (pointer argument, size argument or a fixed size as a
-# negative number, None when unknown); helpers absent from the table are not trusted with stack pointers
-_NOTHING: tuple[tuple[int, int | None], ...] = ()
-_HELPER_WRITES: dict[int, tuple[tuple[int, int | None], ...]] = {
-    **dict.fromkeys((1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 14, 15, 23, 25, 27, 28, 34, 35, 42, 44, 46, 51, 54, 65,
-                     87, 109, 118, 125, 130, 131, 132, 133, 134, 158, 160, 173, 185, 190, 195), _NOTHING),
-    4: ((1, 2),), 16: ((1, 2),), 45: ((1, 2),), 112: ((1, 2),), 113: ((1, 2),), 114: ((1, 2),),
-    115: ((1, 2),), 165: ((1, 2),), 55: ((3, 4),), 67: ((2, 3),), 69: ((2, 3),), 120: ((3, 4),),
-    26: ((3, 4),), 189: ((3, 4),), 88: ((2, None),), 89: ((2, None),), 183: ((3, -8),), 184: ((2, -8),),
-}
 
 
 def _call_spills(st: State, ins: Insn) -> dict[int, Val]:
-    """The spills a call leaves. A helper of ``_HELPER_WRITES`` writes the caller's stack only through its
+    """The spills a call leaves. A helper of ``HELPER_WRITES`` writes the caller's stack only through its
     listed pointer arguments: ``size`` bytes when the size is known, else anything at or above the pointer;
     an argument we cannot name may be a stack pointer. Other calls (kfuncs, subprograms, callbacks, helpers not
     listed, such as dynptrs writing through pointers kept in memory) keep the spills only when no argument
@@ -346,7 +368,7 @@ def _call_spills(st: State, ins: Insn) -> dict[int, Val]:
     if not spills:
         return spills
     regs = st[0]
-    writes = _HELPER_WRITES.get(ins.imm) if ins.src == 0 else None
+    writes = HELPER_WRITES.get(ins.imm) if ins.src == 0 else None
     if writes is None:
         for r in range(1, 6):
             k = regs[r][0]
@@ -398,37 +420,37 @@ def step(ins: Insn, st: State, prog_type: int) -> State:
 def _step(ins: Insn, regs: list[Val], st: State, prog_type: int) -> dict[int, Val]:
     """Update ``regs`` (a copy of ``st.regs``) for ``ins``; return the spills after it."""
     c = ins.code
-    cls = c & 7
-    if cls == 7 or cls == 4:
+    cls = c & CLASS_MASK
+    if cls == _ALU64 or cls == _ALU:
         regs[ins.dst] = _alu(ins, regs)
-    elif cls == 1:
+    elif cls == _LDX:
         regs[ins.dst] = _load(ins, st, prog_type)
-    elif cls == 2 or cls == 3:
-        if cls == 3 and c & 0xE0 == 0xC0:  # atomics
+    elif cls == _ST or cls == _STX:
+        if cls == _STX and c & MODE_MASK == _ATOMIC:
             imm = ins.imm
-            if imm & 1:
-                r = 0 if imm == 0xF1 else ins.src
-                regs[r] = SCALAR if c & 0x18 == 0x18 else _RANGE[32]
+            if imm & _ATOMIC_FETCH:  # the old value comes back: in r0 for cmpxchg, else in the source
+                r = 0 if imm == _CMPXCHG else ins.src
+                regs[r] = SCALAR if c & SIZE_MASK == _DW else _RANGE[32]
         return _store(ins, st)
     elif c == LD_IMM64:
         src = ins.src
-        if src == 0:
-            regs[ins.dst] = _const(ins.imm & M64)
-        elif src == 1:
+        if src == Pseudo.NONE:
+            regs[ins.dst] = _const(ins.imm & MASK64)
+        elif src == Pseudo.MAP_FD:
             regs[ins.dst] = _new(Val, (K_MAP_PTR, _new(Tnum, (0, 0)), ins.ref))
-        elif src in (2, 6):
+        elif src in (Pseudo.MAP_VALUE, Pseudo.MAP_IDX_VALUE):
             regs[ins.dst] = _new(Val, (K_MAP_VALUE, _new(Tnum, (ins.imm >> 32, 0)), ins.ref))
         else:
             regs[ins.dst] = _new(Val, (K_PTR, UNKNOWN, None))
-    elif cls == 0:  # ld_abs / ld_ind
-        size = _SIZE[c & 0x18]
+    elif cls == _LD:  # ld_abs / ld_ind
+        size = MEM_SIZE[c & SIZE_MASK]
         for r in range(1, 6):
             regs[r] = NONSTACK
         regs[0] = _RANGE[size * 8] if size < 8 else SCALAR
         return st[1]
-    elif c == 0x85:  # call
-        ret = TOP if ins.src == 1 else NONSTACK  # helpers and kfuncs never return stack pointers
-        if ins.src == 0 and ins.imm in _MAP_VALUE_HELPERS and regs[1][0] is K_MAP_PTR:
+    elif c == CALL:
+        ret = TOP if ins.src == _BPF_CALL else NONSTACK  # helpers and kfuncs never return stack pointers
+        if ins.src == CallKind.HELPER and ins.imm in RETURNS_MAP_VALUE and regs[1][0] is K_MAP_PTR:
             ret = _new(Val, (K_MAP_VALUE, _new(Tnum, (0, 0)), regs[1][2]))
         spills = _call_spills(st, ins)
         regs[0] = ret
@@ -567,19 +589,18 @@ def _block(insns: list[Insn], start: int, end: int, st: State, before: list[Stat
         before[i] = st
         ins = insns[i]
         c = ins.code
-        if c == 0xB7:  # mov64 K, the commonest instruction: inline
-            imm = ins.imm
-            v = (imm - 0x100000000 if imm > 0x7FFFFFFF else imm) & M64
+        if c == _MOV64_K:  # the commonest instruction: inline
+            v = imm64(ins.imm)
             regs[ins.dst] = _CONSTS.get(v) or _const(v)
-        elif c == 0xBF and not ins.off:  # mov64 X
+        elif c == _MOV64_X and not ins.off:
             regs[ins.dst] = regs[ins.src]
         elif c in _NO_VALUE:  # jumps and exit change no value
             continue
-        elif c & 7 == 7 or c & 7 == 4:  # ALU64, ALU
+        elif c & CLASS_MASK == _ALU64 or c & CLASS_MASK == _ALU:
             regs[ins.dst] = _alu(ins, regs)
-        elif c & 7 == 1:  # loads (``_step``'s case, without the extra call)
+        elif c & CLASS_MASK == _LDX:  # loads (``_step``'s case, without the extra call)
             regs[ins.dst] = _load(ins, st, prog_type)
-        elif c & 0xE7 == 0x63 or c & 0xE7 == 0x62:  # plain stores (STX/ST MEM)
+        elif c & _MODE_CLASS == _STX_MEM or c & _MODE_CLASS == _ST_MEM:  # plain stores
             spills = _store(ins, st)
         else:
             spills = _step(ins, regs, st, prog_type)

@@ -8,7 +8,6 @@ fiber records before the first call, then drives calls: write the arguments into
 
 from __future__ import annotations
 
-import json
 import struct
 import time
 from collections.abc import Callable
@@ -18,17 +17,18 @@ from pathlib import Path
 from capsule.bpf.elf import read_object
 from capsule.bpf.spec import ObjectSpec
 from capsule.compiler import abi
-from capsule.compiler.memory import ARENA_MAP
-from capsule.compiler.program import DATA_SECTION, META_SECTION, META_VERSION
+from capsule.compiler.meta import ConstExpr, Meta, MetaError, MetaVersionError, from_json
+from capsule.ints import MASK32, MASK64, signed
 from capsule.kernel.arena import Arena
 from capsule.kernel.collection import Collection
 from capsule.kernel.consts import LogLevel
 from capsule.kernel.errors import VerifierError
-from capsule.wasm import ExternKind, Op
+from capsule.wasm import ExternKind, Op, ValType
 
 from .errors import CallError, GuestExit, GuestRejected, GuestTrap, Pending
 
 C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
+_NARROW = (ValType.I32, ValType.F32)  # held in the low 32 bits of a u64
 BACKTRACE_DEPTH = 64  # frames listed in a trap's backtrace (walking a 16 MiB stack frame by frame takes seconds)
 
 
@@ -46,16 +46,17 @@ class Instance:
     def __init__(self, program: ObjectSpec | str | Path, *, imports: dict[tuple[str, str], int] | None = None,
                  log_level: int = 0) -> None:
         spec = program if isinstance(program, ObjectSpec) else read_object(Path(program))
-        if META_SECTION not in spec.extra_sections:
+        if abi.META_SECTION not in spec.extra_sections:
             raise CallError("not a capsule-compiled object (no .capsule.meta section); build it with capsule build")
-        self.meta = json.loads(spec.extra_sections[META_SECTION])
-        if self.meta.get("version") != META_VERSION:
-            raise CallError(f"object built for metadata version {self.meta.get('version')}, this capsule reads "
-                            f"{META_VERSION}: rebuild it")
-        self.data = spec.extra_sections.get(DATA_SECTION, b"")
-        opts = self.meta["options"]
-        self.fibers: int = opts["fibers"]
-        self.stack_size: int = opts["stack_size"]
+        self.data = spec.extra_sections.get(abi.DATA_SECTION, b"")
+        try:
+            self.meta: Meta = from_json(spec.extra_sections[abi.META_SECTION], data_size=len(self.data))
+        except MetaVersionError as e:
+            raise CallError(str(e)) from None
+        except MetaError as e:
+            raise CallError(f"corrupted {abi.META_SECTION}: {e}") from None
+        self.fibers = self.meta.options.fibers
+        self.stack_size = self.meta.options.stack_size
         self.imports = imports or {}
         self.stats = RunStats()
         # called with (instance, fiber) when the guest yields to the host (capsule.yield), before resuming
@@ -66,8 +67,8 @@ class Instance:
         except VerifierError as e:
             raise GuestRejected(self._guest_at(e.insn_index), e) from e
         self.load_seconds = time.perf_counter() - t0
-        self.prog = self.coll.programs["capsule_run"]
-        arena = self.coll.maps[ARENA_MAP]
+        self.prog = self.coll.programs[abi.ENTRY_PROGRAM]
+        arena = self.coll.maps[abi.WINDOW_MAP]
         assert isinstance(arena, Arena)
         self.arena = arena
         self.mem = arena.memory
@@ -83,10 +84,10 @@ class Instance:
         if slot is None:
             return None
         name = None
-        for start, func in self.meta.get("code_ranges", []):
+        for start, func in self.meta.code_ranges:
             if start > slot:
                 break
-            name = self.meta["funcs"][func]["name"]
+            name = self.meta.funcs[func].name
         return name
 
     # -- lifetime -------------------------------------------------------------------------------------------
@@ -105,7 +106,7 @@ class Instance:
         return struct.unpack_from("<Q", self.mem, addr)[0]
 
     def set_u64(self, addr: int, v: int) -> None:
-        struct.pack_into("<Q", self.mem, addr, v & 0xFFFF_FFFF_FFFF_FFFF)
+        struct.pack_into("<Q", self.mem, addr, v & MASK64)
 
     def commit(self, start: int, end: int) -> None:
         """Back [start, end) with arena pages (a BPF access to a missing page reads 0 and loses stores)."""
@@ -125,9 +126,8 @@ class Instance:
     def _instantiate(self) -> None:
         meta = self.meta
         self.commit(abi.RT_BASE, abi.RT_BASE + abi.PAGE)
-        mem = meta["memory"]
-        pages = mem["initial"] if mem else 0
-        max_pages = mem["max"] if mem else 0
+        pages = meta.memory.initial if meta.memory else 0
+        max_pages = meta.memory.max if meta.memory else 0
         # the C stacks of fibers other than 0 are grown on their first use (``_c_stack``), so that a module
         # called on fiber 0 only sees memory.size exactly as wasm defines it
         total = min(pages, abi.MAX_MEMORY_PAGES)
@@ -140,102 +140,101 @@ class Instance:
         self.set_u64(ctrl + abi.CTRL_USER_BASE, self.arena.user_vm_start)
         self.set_u64(ctrl + abi.CTRL_REALTIME_OFFSET, time.time_ns() - time.clock_gettime_ns(time.CLOCK_BOOTTIME))
         # globals
-        gvals = []
-        for item in meta["globals"]:
-            if "import" in item:
-                key = tuple(item["import"])
-                if key not in self.imports:
-                    raise CallError(f"the module imports global {key[0]}.{key[1]}: give its value in imports")
-                v = self.imports[key]  # type: ignore[index]
+        gvals: list[int] = []
+        for glob in meta.globals:
+            if glob.imported is not None:
+                if glob.imported not in self.imports:
+                    module, name = glob.imported
+                    raise CallError(f"the module imports global {module}.{name}: give its value in imports")
+                v = self.imports[glob.imported]
             else:
-                v = self._eval(item["init"], gvals)
+                v = self._eval(glob.init or (), gvals)
             gvals.append(v)
         self.commit(abi.GLOBALS, abi.GLOBALS + 8 * max(1, len(gvals)))
         for g, v in enumerate(gvals):
             self.set_u64(abi.GLOBALS + 8 * g, v)
         # function table info: entry region | type << 32
-        funcs = meta["funcs"]
+        funcs = meta.funcs
         self.commit(abi.FUNC_INFO, abi.FUNC_INFO + 8 * max(1, len(funcs)))
         for i, f in enumerate(funcs):
-            entry = f["entry"] if f["entry"] is not None else abi.SPECIAL_BASE + abi.Trap.UNREACHABLE
-            self.set_u64(abi.FUNC_INFO + 8 * i, entry | f["type"] << 32)
-        for t, table in enumerate(meta["tables"]):
+            entry = f.entry if f.entry is not None else abi.SPECIAL_BASE + abi.Trap.UNREACHABLE
+            self.set_u64(abi.FUNC_INFO + 8 * i, entry | f.type << 32)
+        for t, table in enumerate(meta.tables):
             base = abi.TABLES + t * abi.TABLE_STRIDE
-            self.commit(base, base + 8 * max(1, table["initial"]))
-            self.set_u64(ctrl + abi.CTRL_TABLE0_SIZE + 8 * t, table["initial"])
-        for el in meta["elems"]:
-            if el.get("passive"):
+            self.commit(base, base + 8 * max(1, table.initial))
+            self.set_u64(ctrl + abi.CTRL_TABLE0_SIZE + 8 * t, table.initial)
+        for el in meta.elems:
+            if el.offset is None:  # passive
                 continue
-            off = self._eval(el["offset"], gvals)
-            size = self.u64(ctrl + abi.CTRL_TABLE0_SIZE + 8 * el["table"])
-            if off + len(el["items"]) > size:
+            off = self._eval(el.offset, gvals)
+            size = self.u64(ctrl + abi.CTRL_TABLE0_SIZE + 8 * el.table)
+            if off + len(el.items) > size:
                 raise GuestTrap("out of bounds table access", [])
-            for k, item in enumerate(el["items"]):
+            for k, item in enumerate(el.items):
                 v = item if isinstance(item, int) else self._eval(item, gvals)
-                self.set_u64(abi.TABLES + el["table"] * abi.TABLE_STRIDE + 8 * (off + k), v)
-        for seg in meta["data"]:
-            if seg.get("passive"):
+                self.set_u64(abi.TABLES + el.table * abi.TABLE_STRIDE + 8 * (off + k), v)
+        for seg in meta.data:
+            if seg.offset is None:  # passive
                 continue
-            off = self._eval(seg["offset"], gvals) & 0xFFFF_FFFF
-            if off + seg["size"] > pages * abi.WASM_PAGE:
+            off = self._eval(seg.offset, gvals) & MASK32
+            if off + seg.size > pages * abi.WASM_PAGE:
                 raise GuestTrap("out of bounds memory access", [])
-            self.mem[off : off + seg["size"]] = self.data[seg["at"] : seg["at"] + seg["size"]]
+            self.mem[off : off + seg.size] = self.data[seg.at : seg.at + seg.size]
         # fibers
         self.commit(abi.FIBERS, abi.FIBERS + abi.FIBER_SIZE * self.fibers)
-        sp = meta["stack_pointer_global"]
-        for f in range(self.fibers):
-            rec = abi.FIBERS + f * abi.FIBER_SIZE
+        sp = meta.stack_pointer_global
+        for fiber in range(self.fibers):
+            rec = abi.FIBERS + fiber * abi.FIBER_SIZE
             self.set_u64(rec + abi.FIBER_GENERATION, 1)
             self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
-            if sp is not None and f == 0:
+            if sp is not None and fiber == 0:
                 self.set_u64(rec + abi.FIBER_STACK_POINTER, gvals[sp])
         self._c_stacks = {0}
-        if meta["start"] is not None:
-            self.call_index(meta["start"], [])
+        if meta.start is not None:
+            self.call_index(meta.start, [])
 
-    def _eval(self, expr: list, gvals: list[int]) -> int:
-        """Evaluate a constant expression (i32/i64 const, global.get, and the extended-const arithmetic)."""
+    def _eval(self, expr: ConstExpr, gvals: list[int]) -> int:
+        """Evaluate a constant expression (constants, global.get, references and the extended-const arithmetic;
+        ``meta.from_json`` has checked that it is one, with its operands and indices in range)."""
         stack: list[int] = []
         for op, imm in expr:
-            if op in (Op.I32_CONST, Op.I64_CONST, Op.F32_CONST, Op.F64_CONST):
-                stack.append(imm)
+            if imm is None:  # i32/i64 add, sub, mul
+                b, a = stack.pop(), stack.pop()
+                r = a + b if op in (Op.I32_ADD, Op.I64_ADD) else a - b if op in (Op.I32_SUB, Op.I64_SUB) else a * b
+                stack.append(r & (MASK32 if op in (Op.I32_ADD, Op.I32_SUB, Op.I32_MUL) else MASK64))
             elif op == Op.GLOBAL_GET:
                 stack.append(gvals[imm])
             elif op == Op.REF_NULL:
                 stack.append(0)
             elif op == Op.REF_FUNC:
                 stack.append(imm + 1)
-            elif op in (Op.I32_ADD, Op.I64_ADD, Op.I32_SUB, Op.I64_SUB, Op.I32_MUL, Op.I64_MUL):
-                b, a = stack.pop(), stack.pop()
-                r = a + b if op in (Op.I32_ADD, Op.I64_ADD) else a - b if op in (Op.I32_SUB, Op.I64_SUB) else a * b
-                stack.append(r & (0xFFFF_FFFF if op in (Op.I32_ADD, Op.I32_SUB, Op.I32_MUL) else (1 << 64) - 1))
-            else:
-                raise CallError(f"unsupported constant expression opcode {op:#x}")
-        v = stack[-1] if stack else 0
-        return v & 0xFFFF_FFFF_FFFF_FFFF
+            else:  # a constant's bits
+                stack.append(imm)
+        return stack[-1] & MASK64
 
     # -- calls ----------------------------------------------------------------------------------------------
     def export_index(self, name: str) -> int:
-        for e in self.meta["exports"]:
-            if e["name"] == name and e["kind"] == ExternKind.FUNC:
-                return e["index"]
-        names = ", ".join(e["name"] for e in self.meta["exports"] if e["kind"] == ExternKind.FUNC)
+        for e in self.meta.exports:
+            if e.name == name and e.kind == ExternKind.FUNC:
+                return e.index
+        names = ", ".join(e.name for e in self.meta.exports if e.kind == ExternKind.FUNC)
         raise CallError(f"no exported function {name!r} (exports: {names or 'none'})")
 
     def func_types(self, index: int) -> tuple[list[str], list[str]]:
-        params, results = self.meta["types"][self.meta["funcs"][index]["type"]]
-        return params, results
+        """Parameter and result types of function ``index``, by name (``"i32"`` ...)."""
+        sig = self.meta.types[self.meta.funcs[index].type]
+        return [str(t) for t in sig.params], [str(t) for t in sig.results]
 
     def global_value(self, name: str, fiber: int = 0) -> int:
         """The current value of an exported global, as raw bits (i32/f32 in the low 32, unsigned)."""
-        for e in self.meta["exports"]:
-            if e["name"] == name and e["kind"] == ExternKind.GLOBAL:
-                g = e["index"]
-                if g == self.meta["stack_pointer_global"]:
+        for e in self.meta.exports:
+            if e.name == name and e.kind == ExternKind.GLOBAL:
+                g = e.index
+                if g == self.meta.stack_pointer_global:
                     v = self.u64(self._fiber_rec(fiber) + abi.FIBER_STACK_POINTER)
                 else:
                     v = self.u64(abi.GLOBALS + 8 * g)
-                return v & 0xFFFF_FFFF if self.meta["globals"][g]["type"] in ("i32", "f32") else v
+                return v & MASK32 if self.meta.globals[g].type in _NARROW else v
         raise CallError(f"no exported global {name!r}")
 
     def call(self, name: str, *args: int, fiber: int = 0, budget: int = 1 << 62) -> list[int]:
@@ -265,25 +264,25 @@ class Instance:
 
     def start(self, index: int, args: list[int], *, fiber: int = 0, budget: int = 1 << 62) -> list[int] | Pending:
         """Begin a call on ``fiber``; returns the results, or ``Pending`` with a continuation token."""
-        f = self.meta["funcs"][index]
-        if f["entry"] is None:
-            imp = self.meta["imports"][index] if index < len(self.meta["imports"]) else ["?", "?"]
-            raise CallError(f"function {index} is the import {imp[0]}.{imp[1]}, which has no body to call")
-        params, _ = self.func_types(index)
+        f = self.meta.funcs[index]
+        if f.entry is None:
+            imp = [x for x in self.meta.imports if x.kind == ExternKind.FUNC][index]
+            raise CallError(f"function {index} is the import {imp.module}.{imp.name}, which has no body to call")
+        params = self.meta.types[f.type].params
         if len(args) != len(params):
-            raise CallError(f"{f['name']} takes {len(params)} argument(s), got {len(args)}")
+            raise CallError(f"{f.name} takes {len(params)} argument(s), got {len(args)}")
         rec = self._fiber_rec(fiber)
-        if fiber not in self._c_stacks and self.meta["stack_pointer_global"] is not None:
+        if fiber not in self._c_stacks and self.meta.stack_pointer_global is not None:
             self._c_stack(fiber)
         state = self.u64(rec + abi.FIBER_STATE)
-        if state & 0xFFFF_FFFF < abi.SPECIAL_BASE:
+        if state & MASK32 < abi.SPECIAL_BASE:
             raise CallError(f"fiber {fiber} has a call in progress; continue it or reset the fiber first")
         fp = self._stack_base(fiber)
         self.set_u64(fp + abi.FRAME_CALLER, 0)
         self.set_u64(fp + abi.FRAME_RETURN, abi.RETURN_TO_HOST)
         for j, (t, v) in enumerate(zip(params, args, strict=True)):
-            self.set_u64(fp + abi.FRAME_LOCALS + 8 * j, v & (0xFFFF_FFFF if t in ("i32", "f32") else (1 << 64) - 1))
-        self.set_u64(rec + abi.FIBER_STATE, abi.state(fp, f["entry"]))
+            self.set_u64(fp + abi.FRAME_LOCALS + 8 * j, v & (MASK32 if t in _NARROW else MASK64))
+        self.set_u64(rec + abi.FIBER_STATE, abi.state(fp, f.entry))
         self._calls = getattr(self, "_calls", {})
         self._calls[fiber] = index
         gen = self.u64(rec + abi.FIBER_GENERATION)
@@ -306,17 +305,17 @@ class Instance:
 
     def resume(self, token: int, *, budget: int = 1 << 62) -> list[int] | Pending:
         """Continue a pending call. A token from before a ``reset`` (or made up) is refused."""
-        fiber, gen = token >> 32, token & 0xFFFF_FFFF
+        fiber, gen = token >> 32, token & MASK32
         rec = self._fiber_rec(fiber) if 0 <= fiber < self.fibers else None
         if rec is None or self.u64(rec + abi.FIBER_GENERATION) != gen or \
-                self.u64(rec + abi.FIBER_STATE) & 0xFFFF_FFFF >= abi.SPECIAL_BASE:
+                self.u64(rec + abi.FIBER_STATE) & MASK32 >= abi.SPECIAL_BASE:
             raise CallError(f"stale or invalid continuation token {token:#x}")
         return self._run(fiber, gen, budget)
 
     def reset(self, fiber: int) -> None:
         """Abandon whatever the fiber was doing; its old continuation tokens stop working."""
         rec = self._fiber_rec(fiber)
-        self.set_u64(rec + abi.FIBER_GENERATION, (self.u64(rec + abi.FIBER_GENERATION) + 1) & 0xFFFF_FFFF or 1)
+        self.set_u64(rec + abi.FIBER_GENERATION, (self.u64(rec + abi.FIBER_GENERATION) + 1) & MASK32 or 1)
         self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
 
     def _run(self, fiber: int, gen: int, budget: int) -> list[int] | Pending:
@@ -332,51 +331,49 @@ class Instance:
         if status == abi.Status.YIELD:
             return Pending((fiber << 32) | gen, yielded=True)
         if status == abi.Status.EXIT:
-            code = detail & 0xFFFF_FFFF
-            raise GuestExit(code - (1 << 32) if code >> 31 else code)
+            raise GuestExit(signed(detail, 32))
         if status == abi.Status.BAD_TOKEN:
             raise CallError(f"the kernel refused the continuation for fiber {fiber} (stale generation)")
         index = self._calls[fiber]
         if status == abi.Status.TRAP:
             raise GuestTrap(abi.Trap(detail).message, self.backtrace(fiber), code=abi.Trap(detail))
-        _, results = self.func_types(index)
+        results = self.meta.types[self.meta.funcs[index].type].results
         fp = abi.STACKS + fiber * self.stack_size
         out = []
         for j, t in enumerate(results):
             v = self.u64(fp + abi.FRAME_LOCALS + 8 * j)
-            if t == "i32":
-                v &= 0xFFFF_FFFF
-                v = v - (1 << 32) if v >> 31 else v
-            elif t == "i64":
-                v = v - (1 << 64) if v >> 63 else v
-            elif t == "f32":
-                v &= 0xFFFF_FFFF
+            if t == ValType.I32:
+                v = signed(v, 32)
+            elif t == ValType.I64:
+                v = signed(v, 64)
+            elif t == ValType.F32:
+                v &= MASK32
             out.append(v)
         return out
 
     def backtrace(self, fiber: int) -> list[str]:
         """Function names from the trapping function outwards, read from the fiber's software stack."""
         rec = self._fiber_rec(fiber)
-        regions = self.meta["regions"]
-        funcs = self.meta["funcs"]
+        regions = self.meta.regions
+        funcs = self.meta.funcs
         names = []
         inlined = self.u64(rec + abi.FIBER_TRAP_INLINED)
         if inlined:  # the trap was in a callee's body inlined into the trapping function
-            names.append(funcs[inlined - 1]["name"])
-        trap_region = self.u64(rec + abi.FIBER_TRAP_REGION) & 0xFFFF_FFFF
-        if str(trap_region) in regions:
-            names.append(funcs[regions[str(trap_region)]]["name"])
-        fp = self.u64(rec + abi.FIBER_TRAP_FP) & 0xFFFF_FFFF
+            names.append(funcs[inlined - 1].name)
+        trap_region = self.u64(rec + abi.FIBER_TRAP_REGION) & MASK32
+        if trap_region in regions:
+            names.append(funcs[regions[trap_region]].name)
+        fp = self.u64(rec + abi.FIBER_TRAP_FP) & MASK32
         for _ in range(BACKTRACE_DEPTH):
             if not fp:
                 break
-            ret = self.u64(fp + abi.FRAME_RETURN) & 0xFFFF_FFFF
-            if ret == abi.RETURN_TO_HOST or str(ret) not in regions:
+            ret = self.u64(fp + abi.FRAME_RETURN) & MASK32
+            if ret == abi.RETURN_TO_HOST or ret not in regions:
                 break
-            names.append(funcs[regions[str(ret)]]["name"])
-            fp = self.u64(fp + abi.FRAME_CALLER) & 0xFFFF_FFFF
+            names.append(funcs[regions[ret]].name)
+            fp = self.u64(fp + abi.FRAME_CALLER) & MASK32
         else:
-            if fp and self.u64(fp + abi.FRAME_RETURN) & 0xFFFF_FFFF != abi.RETURN_TO_HOST:
+            if fp and self.u64(fp + abi.FRAME_RETURN) & MASK32 != abi.RETURN_TO_HOST:
                 names.append("...")  # deeper frames (a runaway recursion has ~10^5 of them) are not listed
         return names
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from capsule.ints import signed
+
 # the control block (capsule_io.h)
 IO_MAGIC = 0x4F495343
 IO_VERSION = 1
@@ -377,8 +379,7 @@ class WasmtimeGuest:
         return self.CLOCKS[clock]() if 0 <= clock < len(self.CLOCKS) else 0
 
     def _random(self) -> int:
-        v = self._rng.getrandbits(32)
-        return v - (1 << 32) if v >> 31 else v
+        return signed(self._rng.getrandbits(32), 32)
 
     def read(self, addr: int, size: int) -> bytes:
         return bytes(self.memory.read(self.store, addr, addr + size))
@@ -444,7 +445,7 @@ class KernelGuest:
         self.inst.mem[addr : addr + len(data)] = data
 
     def has_export(self, name: str) -> bool:
-        return any(e["name"] == name for e in self.inst.meta["exports"])
+        return any(e.name == name for e in self.inst.meta.exports)
 
     def call(self, name: str, *args: int) -> int:
         res = self.inst.call(name, *args)

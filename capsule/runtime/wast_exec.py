@@ -24,8 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capsule.compiler import Options, compile_module
-from capsule.compiler.function import CompileError
+from capsule.compiler import CompileError, Options, compile_module
 from capsule.wasm import (
     ExternKind,
     FuncType,

@@ -8,6 +8,8 @@ grouped in runs, element segments always in the expression form, and only the ``
 
 from __future__ import annotations
 
+from capsule.ints import signed
+
 from .module import (
     BlockType,
     BrTable,
@@ -93,11 +95,9 @@ def instr(ins: Instr) -> bytes:
     if kind in (Imm.LOCAL, Imm.GLOBAL, Imm.LABEL, Imm.FUNC, Imm.TABLE, Imm.ELEM, Imm.DATA):
         return head + uleb(imm)  # type: ignore[arg-type]
     if kind is Imm.I32:
-        v = imm & 0xFFFF_FFFF  # type: ignore[operator]
-        return head + sleb(v - (1 << 32) if v >> 31 else v)
+        return head + sleb(signed(imm, 32))  # type: ignore[arg-type]
     if kind is Imm.I64:
-        v = imm & 0xFFFF_FFFF_FFFF_FFFF  # type: ignore[operator]
-        return head + sleb(v - (1 << 64) if v >> 63 else v)
+        return head + sleb(signed(imm, 64))  # type: ignore[arg-type]
     if kind is Imm.F32:
         return head + int(imm).to_bytes(4, "little")  # type: ignore[call-overload]
     if kind is Imm.F64:

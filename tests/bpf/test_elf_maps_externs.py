@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from capsule.bpf.elf import BPF_F_MMAPABLE, BPF_F_RDONLY_PROG, ObjectError, read_object
+from capsule.bpf.elf import ObjectError, read_object
 from capsule.bpf.elf_sections import SectionType
 from capsule.bpf.opcodes import Pseudo
 from capsule.bpf.spec import ExternVar, ProgramSpec
-from capsule.bpf.uapi import ProgType
+from capsule.bpf.uapi import MapFlags, ProgType
 from tests.clang import compile_bpf
 
 INPUTS = Path(__file__).parent / "elf_inputs"
@@ -108,7 +108,7 @@ def test_externs_and_kconfig_layout() -> None:
     assert loaded == set(kinds)
     kc = spec.maps[".kconfig"]
     assert kc.type == ARRAY and kc.max_entries == 1 and kc.freeze
-    assert kc.flags == BPF_F_MMAPABLE | BPF_F_RDONLY_PROG
+    assert kc.flags == MapFlags.MMAPABLE | MapFlags.RDONLY_PROG
     layout = {v.name: (v.kind, v.size) for v in kc.kconfig}
     assert layout["CONFIG_BPF_SYSCALL"] == ("bool", 1) and layout["CONFIG_BPF_JIT"] == ("tristate", 4)
     assert layout["CONFIG_LOCALVERSION"] == ("char_array", 16) and layout["CONFIG_HZ"] == ("int", 4)

@@ -35,8 +35,8 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-# ops.divide: ``isinstance(rb, int)`` was meant to spot a constant divisor, but registers are ``Reg``, an int
-# subclass, so every signed division took the constant path and INT_MIN / -1 did not trap.
+# integers.divide (then ops.divide): ``isinstance(rb, int)`` was meant to spot a constant divisor, but registers
+# are ``Reg``, an int subclass, so every signed division took the constant path and INT_MIN / -1 did not trap.
 DIV = """(module
   (func (export "div32") (param i32 i32) (result i32) (i32.div_s (local.get 0) (local.get 1)))
   (func (export "rem32") (param i32 i32) (result i32) (i32.rem_s (local.get 0) (local.get 1)))

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from capsule.bpf.spec import ProgramSpec
 from capsule.bpf.text import format_program, parse
-from capsule.kernel.consts import ProgType
+from capsule.bpf.uapi import ProgType
 from capsule.opt.passes import PASSES, Pass
 from capsule.opt.rewrite import Code
 

@@ -32,7 +32,7 @@ from capsule.bpf.disasm import disassemble
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.bpf.spec import ProgramSpec
-from capsule.kernel.consts import ProgType
+from capsule.bpf.uapi import ProgType
 from capsule.opt.local import WINDOW
 from capsule.opt.passes import PASSES
 from capsule.opt.rewrite import Code

@@ -20,7 +20,7 @@ from capsule.bpf.asm import (
     stx,
 )
 from capsule.bpf.opcodes import Alu, Jmp
-from capsule.kernel.consts import ProgType
+from capsule.bpf.uapi import ProgType
 from capsule.opt import values
 from capsule.opt.analysis import Analysis
 from capsule.opt.rewrite import Code

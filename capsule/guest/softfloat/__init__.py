@@ -36,7 +36,7 @@ from elftools.elf.sections import SymbolTableSection
 from capsule.bpf.btf import BTF
 from capsule.bpf.btf_types import Func, FuncProto, Linkage
 from capsule.bpf.insn import Insn, decode, slot_offsets
-from capsule.bpf.opcodes import Class
+from capsule.bpf.opcodes import CALL, CALLX, CLASS_MASK, EXIT, GOTOL, Class
 from capsule.toolchain import ToolchainError, bpf_cflags, clang
 
 SOURCE = Path(__file__).with_name("softfloat.c")
@@ -178,14 +178,14 @@ def _check_self_contained(name: str, insns: list[Insn]) -> None:
     """No calls, and every jump lands inside the function (so the instructions can be placed anywhere)."""
     slots = slot_offsets(insns)
     starts, end = set(slots), slots[-1] + insns[-1].slots() if insns else 0
-    if not insns or not any(i.code == 0x95 for i in insns):
+    if not insns or not any(i.code == EXIT for i in insns):
         raise SoftFloatError(f"{name} has no exit")
     for pos, ins in zip(slots, insns, strict=True):
-        cls = ins.code & 7
-        if ins.code in (0x85, 0x8D):  # call, callx
+        cls = ins.code & CLASS_MASK
+        if ins.code in (CALL, CALLX):
             raise SoftFloatError(f"{name} calls something; library functions must be leaves")
-        if cls in (Class.JMP, Class.JMP32) and ins.code not in (0x95,):
-            rel = ins.imm if ins.code == 0x06 else ins.off  # gotol keeps its offset in imm
+        if cls in (Class.JMP, Class.JMP32) and ins.code != EXIT:
+            rel = ins.imm if ins.code == GOTOL else ins.off  # gotol keeps its offset in imm
             target = pos + 1 + rel
             if target not in starts or target >= end:
                 raise SoftFloatError(f"{name}: jump at slot {pos} leaves the function")

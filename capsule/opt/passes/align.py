@@ -43,7 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import BYTES_SIZE, Alu, Class, Mode, Src
+from capsule.bpf.opcodes import BYTES_SIZE, FP, MODE_MASK, Alu, Class, Mode, Size, Src
+from capsule.bpf.uapi import ProgType
 
 from ..analysis import Analysis
 from ..blockvals import BlockValues
@@ -53,14 +54,12 @@ from ..values import TOP, Kind, Val, access_val
 from .base import Edits, Pass
 
 _ANY_ALIGN = (Kind.PKT, Kind.PKT_META, Kind.MAP_VALUE, Kind.ARENA)
-_SPILL = Class.STX | Mode.MEM | 0x18
-_FILL = Class.LDX | Mode.MEM | 0x18
-FP = 10
+_SPILL = Class.STX | Mode.MEM | Size.DW
+_FILL = Class.LDX | Mode.MEM | Size.DW
 _UNKNOWN = (Kind.TOP, Kind.SCALAR)
 _ORS = (Class.ALU64 | Alu.OR | Src.X, Class.ALU | Alu.OR | Src.X)
-_NARROW_LOADS = frozenset(Class.LDX | Mode.MEM | s for s in (0x00, 0x08, 0x10))
-_NARROW_STORES = frozenset(Class.STX | Mode.MEM | s for s in (0x00, 0x08, 0x10))
-SYSCALL = 31
+_NARROW_LOADS = frozenset(Class.LDX | Mode.MEM | s for s in (Size.W, Size.H, Size.B))
+_NARROW_STORES = frozenset(Class.STX | Mode.MEM | s for s in (Size.W, Size.H, Size.B))
 _MAX_DEPTH = 24  # how deep ``_trace`` follows a composition
 
 
@@ -68,7 +67,7 @@ def wide_access_ok(base: Val, size: int, prog_type: int) -> bool:
     """Whether the verifier accepts a ``size``-byte access at pointer ``base`` (with the access offset)."""
     if base.kind in _ANY_ALIGN:
         return True
-    if base.kind == Kind.STACK or (base.kind == Kind.CTX and prog_type == SYSCALL):
+    if base.kind == Kind.STACK or (base.kind == Kind.CTX and prog_type == ProgType.SYSCALL):
         off = base.const_offset
         return off is not None and off % size == 0
     return False
@@ -152,7 +151,7 @@ class Align(Pass):
                 return None, h
         limit = 4 if w32 else 8
         c: _Comp | None
-        if ins.cls == Class.LDX and (ins.code & 0xE0) == Mode.MEM:
+        if ins.cls == Class.LDX and (ins.code & MODE_MASK) == Mode.MEM:
             n = mem_size(ins)
             if n > limit:
                 return None, h

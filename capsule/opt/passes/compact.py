@@ -14,10 +14,10 @@
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import Alu, Class, Mode, Pseudo, Src
+from capsule.bpf.opcodes import BYTES_SIZE, LD_IMM64, SIZE_MASK, Alu, Class, Mode, Pseudo, Src
+from capsule.ints import fits_signed, fits_unsigned, signed, unsigned
 
 from ..analysis import Analysis
-from ..semantics import sext
 from ..values import Kind, access_val
 from .base import Edits, Pass
 
@@ -25,7 +25,7 @@ _LSH = Class.ALU64 | Alu.LSH | Src.K
 _RSH = Class.ALU64 | Alu.RSH | Src.K
 _ARSH = Class.ALU64 | Alu.ARSH | Src.K
 _MOV64_X = Class.ALU64 | Alu.MOV | Src.X
-_LD_NARROW = {Class.LDX | Mode.MEM | s: n for s, n in ((0x10, 1), (0x08, 2), (0x00, 4))}
+_LD_NARROW = {Class.LDX | Mode.MEM | BYTES_SIZE[n]: n for n in (1, 2, 4)}
 _LDSX_OK = (Kind.MAP_VALUE, Kind.STACK, Kind.PKT, Kind.ARENA)
 
 
@@ -43,7 +43,7 @@ class Compact(Pass):
         n = len(insns)
         for i, ins in enumerate(insns):
             c = ins.code
-            if c == 0x18:
+            if c == LD_IMM64:
                 if ins.src == Pseudo.NONE and ins.ref is None and before[i] is not None and e.free(i):
                     self._ld_imm64(e, i, ins)
                 continue
@@ -71,12 +71,12 @@ class Compact(Pass):
 
     @staticmethod
     def _ld_imm64(e: Edits, i: int, ins: Insn) -> None:
-        v = ins.imm & ((1 << 64) - 1)
-        s = sext(v, 64)
-        if -(1 << 31) <= s < 1 << 31:
+        v = unsigned(ins.imm)
+        s = signed(v)
+        if fits_signed(s, 32):
             e.replace[i] = Insn(Class.ALU64 | Alu.MOV | Src.K, ins.dst, 0, 0, s, sym=ins.sym)
-        elif v < 1 << 32:
-            e.replace[i] = Insn(Class.ALU | Alu.MOV | Src.K, ins.dst, 0, 0, sext(v, 32), sym=ins.sym)
+        elif fits_unsigned(v, 32):
+            e.replace[i] = Insn(Class.ALU | Alu.MOV | Src.K, ins.dst, 0, 0, signed(v, 32), sym=ins.sym)
         else:
             return
         e.rewrites += 1
@@ -102,6 +102,6 @@ class Compact(Pass):
             return
         if access_val(a.values, i, ld.src, ld.off).kind not in _LDSX_OK or not e.free(i, *drop):
             return
-        e.replace[i] = Insn(Class.LDX | Mode.MEMSX | (ld.code & 0x18), x, ld.src, ld.off, sym=ld.sym)
+        e.replace[i] = Insn(Class.LDX | Mode.MEMSX | (ld.code & SIZE_MASK), x, ld.src, ld.off, sym=ld.sym)
         e.delete.update(drop)
         e.rewrites += 1

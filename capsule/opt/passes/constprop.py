@@ -18,11 +18,12 @@ unfolded code stay conservative for the folded one, and both kinds of edit can b
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import Alu, Class, Jmp, Mode, Src
+from capsule.bpf.opcodes import CLASS_MASK, MODE_MASK, OP_MASK, SIZE_MASK, Alu, Class, Jmp, Mode, Size, Src
+from capsule.ints import MASK32, MASK64, fits_signed, signed
 
 from ..analysis import Analysis
 from ..effects import COND_JUMPS, JUMPS
-from ..semantics import M32, M64, branch_taken, imm64, sext
+from ..semantics import branch_taken, imm64
 from ..values import Kind, access_val
 from .base import Edits, Pass
 
@@ -30,22 +31,22 @@ _ST_OK = (Kind.STACK, Kind.MAP_VALUE, Kind.PKT, Kind.ARENA)
 _MOV_K = (Class.ALU64 | Alu.MOV | Src.K, Class.ALU | Alu.MOV | Src.K)
 # plain ints and a plain member for the scan over every instruction (no enum lookups or properties per step)
 _ST, _STX, _ALU, _ALU64 = int(Class.ST), int(Class.STX), int(Class.ALU), int(Class.ALU64)
-_MEM, _X, _END = int(Mode.MEM), int(Src.X), int(Alu.END)
+_MEM, _X, _END, _DW = int(Mode.MEM), int(Src.X), int(Alu.END), int(Size.DW)
 _SCALAR = Kind.SCALAR
 
 
 def _fits_s32(v: int) -> bool:
-    s = sext(v, 64)
-    return -(1 << 31) <= s < 1 << 31
+    """Whether the 64-bit pattern ``v`` is a sign-extended 32-bit immediate."""
+    return fits_signed(signed(v), 32)
 
 
 def mov_const(dst: int, v: int, sym: str | None = None) -> Insn | None:
     """One instruction that puts the 64-bit value ``v`` in ``dst``, if one exists."""
-    v &= M64
+    v &= MASK64
     if _fits_s32(v):
-        return Insn(Class.ALU64 | Alu.MOV | Src.K, dst, 0, 0, sext(v, 64), sym=sym)
-    if v <= M32:
-        return Insn(Class.ALU | Alu.MOV | Src.K, dst, 0, 0, sext(v, 32), sym=sym)
+        return Insn(Class.ALU64 | Alu.MOV | Src.K, dst, 0, 0, signed(v, 64), sym=sym)
+    if v <= MASK32:
+        return Insn(Class.ALU | Alu.MOV | Src.K, dst, 0, 0, signed(v, 32), sym=sym)
     return None
 
 
@@ -68,25 +69,25 @@ class ConstProp(Pass):
             if st is None:
                 continue
             c = ins.code
-            cls = c & 7
-            if cls == _STX and (c & 0xE0) == _MEM:
+            cls = c & CLASS_MASK
+            if cls == _STX and (c & MODE_MASK) == _MEM:
                 v = st[0][ins.src]
                 if v[0] is not _SCALAR or v[1][1]:  # not a constant
                     continue
                 base = access_val(a.values, i, ins.dst, ins.off)
                 if base.kind in _ST_OK and e.free(i):
-                    size = c & 0x18
+                    size = c & SIZE_MASK
                     val = v.tn.value
-                    if size == 0x18 and not _fits_s32(val):
+                    if size == _DW and not _fits_s32(val):
                         continue
-                    e.replace[i] = Insn(Class.ST | size | Mode.MEM, ins.dst, 0, ins.off, sext(val, 32), sym=ins.sym)
+                    e.replace[i] = Insn(Class.ST | size | Mode.MEM, ins.dst, 0, ins.off, signed(val, 32), sym=ins.sym)
                     e.rewrites += 1
             elif cls == _ALU or cls == _ALU64:
                 if c in _MOV_K and not ins.off:
                     if not drop_redundant:
                         continue
                     old = st[0][ins.dst]
-                    want = (ins.imm & M32) if cls == _ALU else imm64(ins.imm)
+                    want = (ins.imm & MASK32) if cls == _ALU else imm64(ins.imm)
                     if old.is_const and old.tn.value == want and e.free(i):
                         e.delete.add(i)  # the register already holds it
                         e.rewrites += 1
@@ -101,12 +102,12 @@ class ConstProp(Pass):
                         e.replace[i] = new
                         e.rewrites += 1
                         continue
-                if c & _X and ins.off == 0 and (c & 0xF0) != _END:
+                if c & _X and ins.off == 0 and (c & OP_MASK) != _END:
                     s = st[0][ins.src]
                     if s[0] is _SCALAR and not s[1][1]:
                         k = s.tn.value
                         if (cls == _ALU or _fits_s32(k)) and e.free(i):
-                            e.replace[i] = Insn(c & ~Src.X, ins.dst, 0, 0, sext(k, 32), sym=ins.sym)
+                            e.replace[i] = Insn(c & ~Src.X, ins.dst, 0, 0, signed(k, 32), sym=ins.sym)
                             e.rewrites += 1
             elif c in COND_JUMPS:
                 d = st.regs[ins.dst]
@@ -114,7 +115,7 @@ class ConstProp(Pass):
                 if s is not None and s.is_const and not d.is_const and ins.src != ins.dst:
                     k = s.tn.value
                     if (cls == Class.JMP32 or _fits_s32(k)) and e.free(i):
-                        e.replace[i] = Insn(c & ~Src.X, ins.dst, 0, ins.off, sext(k, 32), sym=ins.sym)
+                        e.replace[i] = Insn(c & ~Src.X, ins.dst, 0, ins.off, signed(k, 32), sym=ins.sym)
                         e.rewrites += 1
                     continue
                 if not d.is_const or (s is not None and not s.is_const):
@@ -147,12 +148,12 @@ class ConstProp(Pass):
             if before[i] is None:
                 continue
             c = ins.code
-            cls = c & 7
+            cls = c & CLASS_MASK
             if c in JUMPS:
-                if targets.get(i) == i + 1 and (c & 0xF0) != Jmp.JCOND and e.free(i):
+                if targets.get(i) == i + 1 and (c & OP_MASK) != Jmp.JCOND and e.free(i):
                     e.delete.add(i)  # typically left behind by removing what it jumped over
                     e.rewrites += 1
-            elif (cls == _ST or cls == _STX) and (c & 0xE0) == _MEM:
+            elif (cls == _ST or cls == _STX) and (c & MODE_MASK) == _MEM:
                 if stack is None:
                     stack = a.stack
                 if stack.store_dead(a.cfg, i) and e.free(i):

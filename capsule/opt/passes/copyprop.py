@@ -15,7 +15,7 @@ their scalar ranges), so reading ``rY`` directly is checked exactly as reading t
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import Alu, Class, Jmp, Mode, Src
+from capsule.bpf.opcodes import CLASS_MASK, FP, MODE_MASK, OP_MASK, Alu, Class, Jmp, Mode, Src
 
 from ..analysis import Analysis
 from ..effects import CALL, EXIT
@@ -23,28 +23,27 @@ from ..local import WINDOW
 from .base import Edits, Pass
 
 _MOV64_X = int(Class.ALU64 | Alu.MOV | Src.X)
-_FP = 10
 
 
 def _substitutable(ins: Insn, x: int, y: int) -> bool:
     """Whether ``ins`` reads ``x`` only where ``y`` could be read instead."""
     c = ins.code
-    cls = c & 7
+    cls = c & CLASS_MASK
     if c == CALL or c == EXIT or cls == Class.LD:
         return False
     if cls in (Class.ALU, Class.ALU64):
-        return ins.dst != x and bool(c & Src.X) and y != _FP
-    if cls == Class.STX and c & 0xE0 == Mode.ATOMIC:
+        return ins.dst != x and bool(c & Src.X) and y != FP
+    if cls == Class.STX and c & MODE_MASK == Mode.ATOMIC:
         return False
     if cls in (Class.JMP, Class.JMP32):
-        return y != _FP and c & 0xF0 not in (Jmp.JA, Jmp.JCOND)
-    if cls == Class.STX and ins.src == x and y == _FP:
+        return y != FP and c & OP_MASK not in (Jmp.JA, Jmp.JCOND)
+    if cls == Class.STX and ins.src == x and y == FP:
         return False  # spilling the frame pointer itself: keep it as it was
     return cls in (Class.LDX, Class.ST, Class.STX)
 
 
 def _rename(ins: Insn, x: int, y: int) -> Insn:
-    cls = ins.code & 7
+    cls = ins.code & CLASS_MASK
     dst = y if ins.dst == x and cls not in (Class.ALU, Class.ALU64, Class.LDX) else ins.dst
     src = y if ins.src == x else ins.src
     return Insn(ins.code, dst, src, ins.off, ins.imm, ins.ref, ins.sym)
@@ -63,7 +62,7 @@ class CopyProp(Pass):
                 b = fn.blocks[bs]
                 for i in range(b.start, b.end):
                     ins = insns[i]
-                    if ins.code != _MOV64_X or ins.off or ins.dst == ins.src or ins.dst == _FP:
+                    if ins.code != _MOV64_X or ins.off or ins.dst == ins.src or ins.dst == FP:
                         continue
                     readers = self._readers(insns, effs, live_out, i, b.end)
                     if readers is None or not e.free(i, *readers):

@@ -18,7 +18,7 @@ for N = 4 either width gives the same low 32 bits.
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import BYTES_SIZE, Alu, Class, Mode, Src
+from capsule.bpf.opcodes import BYTES_SIZE, OP_MASK, Alu, Class, Mode, Size, Src
 
 from ..analysis import Analysis
 from ..effects import mem_size
@@ -26,7 +26,7 @@ from ..values import Kind, Val, access_val
 from .base import Edits, Pass
 
 _OPS = (Alu.ADD, Alu.OR, Alu.AND, Alu.XOR)  # the Atomic enum uses the same numbers
-_LOADS = frozenset((Class.LDX | Mode.MEM | 0x00, Class.LDX | Mode.MEM | 0x18))  # 4 and 8 bytes
+_LOADS = frozenset((Class.LDX | Mode.MEM | Size.W, Class.LDX | Mode.MEM | Size.DW))  # 4 and 8 bytes
 
 
 class Fusion(Pass):
@@ -47,7 +47,7 @@ class Fusion(Pass):
             if j is None:
                 continue
             op = insns[j]
-            if op.dst != ld.dst or op.off or op.cls not in (Class.ALU, Class.ALU64) or (op.code & 0xF0) not in _OPS:
+            if op.dst != ld.dst or op.off or op.cls not in (Class.ALU, Class.ALU64) or (op.code & OP_MASK) not in _OPS:
                 continue
             if n == 8 and op.cls != Class.ALU64:
                 continue
@@ -78,7 +78,7 @@ class Fusion(Pass):
             if not e.free(i, j, k):
                 continue
             atomic = Insn(Class.STX | BYTES_SIZE[n] | Mode.ATOMIC, st.dst, op.src if xform else ld.dst, st.off,
-                          op.code & 0xF0, sym=st.sym)
+                          op.code & OP_MASK, sym=st.sym)
             if xform:
                 e.delete.update((i, j))
             else:

@@ -23,15 +23,16 @@ Rewritten, when the register the sequence computes is dead after the jump that r
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import Alu, Class, Jmp, Src
+from capsule.bpf.opcodes import CLASS_MASK, OP_MASK, Alu, Class, Jmp, Src
+from capsule.ints import MASK32, MASK64, fits_unsigned
 
 from ..analysis import Analysis
 from ..effects import COND_JUMPS, JUMPS
-from ..semantics import M32, M64, imm64
+from ..semantics import imm64
 from ..values import Kind
 from .base import Edits, Pass
 
-_UPPER = M64 ^ M32
+_UPPER = MASK64 ^ MASK32
 _MOV64_X = Class.ALU64 | Alu.MOV | Src.X
 _MOV32_X = Class.ALU | Alu.MOV | Src.X
 _NEG64 = Class.ALU64 | Alu.NEG
@@ -60,15 +61,15 @@ def _noop_alu(a: Analysis, i: int, ins: Insn) -> bool:
     if ins.off:
         return False
     c = ins.code
-    op = c & 0xF0
-    w32 = c & 7 == Class.ALU
+    op = c & OP_MASK
+    w32 = c & CLASS_MASK == Class.ALU
     if w32 and not _upper_zero(a, i, ins.dst):
         return False
-    k = (ins.imm & M32) if w32 else imm64(ins.imm)
+    k = (ins.imm & MASK32) if w32 else imm64(ins.imm)
     if op == Alu.MUL:
         return k == 1
     if op == Alu.AND:
-        full = M32 if w32 else M64
+        full = MASK32 if w32 else MASK64
         if k == full:
             return True
         v = a.values.reg(i, ins.dst)
@@ -108,7 +109,7 @@ class Peephole(Pass):
                     self._zext_jump(a, e, i, ins, nxt)
             elif c in JUMPS:
                 t = targets.get(i)
-                if t == i + 1 and c & 0xF0 != Jmp.JCOND:
+                if t == i + 1 and c & OP_MASK != Jmp.JCOND:
                     self._drop(e, i)
                 elif t is not None and insns[t].code == _JA and targets.get(t) not in (t, None) and e.free(i):
                     threaded.setdefault(t, []).append(i)
@@ -183,8 +184,8 @@ class Peephole(Pass):
 
     def _zext_jump(self, a: Analysis, e: Edits, i: int, ins: Insn, jmp: Insn) -> None:
         """``wX = wY; if rX op K`` -> ``if wY op K``."""
-        op = jmp.code & 0xF0
-        if jmp.code & Src.X or jmp.dst != ins.dst or not 0 <= jmp.imm < 1 << 31 or op not in _UNSIGNED:
+        op = jmp.code & OP_MASK
+        if jmp.code & Src.X or jmp.dst != ins.dst or not fits_unsigned(jmp.imm, 31) or op not in _UNSIGNED:
             return
         if not a.live.dead_after(i + 1, ins.dst) or not e.free(i, i + 1):
             return
@@ -194,7 +195,7 @@ class Peephole(Pass):
 
     def _mirror(self, a: Analysis, e: Edits, i: int, ins: Insn, jmp: Insn) -> None:
         """``rX = K; if rX op rY`` -> ``if rY op' K``."""
-        op = jmp.code & 0xF0
+        op = jmp.code & OP_MASK
         if jmp.dst != ins.dst or jmp.src == ins.dst or op not in _MIRROR or ins.off:
             return
         if ins.cls == Class.ALU and jmp.cls == Class.JMP and ins.imm < 0:

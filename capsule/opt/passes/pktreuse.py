@@ -23,7 +23,7 @@ share the verifier's id 0, so a later bounds check narrows the same registers ei
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import Alu, Class, Mode, Src
+from capsule.bpf.opcodes import Alu, Class, Mode, Size, Src
 
 from ..analysis import Analysis
 from ..effects import CALL
@@ -33,7 +33,7 @@ from .base import Edits, Pass
 
 __all__ = ["PktReuse", "held_fields"]
 
-_LDX_W = int(Class.LDX | Mode.MEM | 0x00)  # the pointer fields are 32-bit context loads
+_LDX_W = int(Class.LDX | Mode.MEM | Size.W)  # the pointer fields are 32-bit context loads
 _MOV64_X = int(Class.ALU64 | Alu.MOV | Src.X)
 
 # helpers that never change packet data (``bpf_helper_changes_pkt_data`` is false for them): map operations,

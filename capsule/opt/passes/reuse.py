@@ -16,7 +16,7 @@ the same pointer type, map, offset and range.
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import Alu, Class, Pseudo, Src
+from capsule.bpf.opcodes import FP, Alu, Class, Pseudo, Src
 
 from ..analysis import Analysis
 from ..effects import LD_IMM64, regs_of
@@ -25,7 +25,6 @@ from .base import Edits, Pass
 
 _MOV64_X = int(Class.ALU64 | Alu.MOV | Src.X)
 _ADD64_K = int(Class.ALU64 | Alu.ADD | Src.K)
-_FP = 10
 # ld_imm64 forms whose value is fixed at load time: constants, maps by fd or index, map values by fd or index
 _REUSABLE = (Pseudo.NONE, Pseudo.MAP_FD, Pseudo.MAP_VALUE, Pseudo.MAP_IDX, Pseudo.MAP_IDX_VALUE)
 
@@ -40,7 +39,7 @@ def _step(insns: list[Insn], targets: dict[int, int], defs: list[int], i: int, h
     ins = insns[i]
     c = ins.code
     if c == _MOV64_X and not ins.off:
-        held[ins.dst] = ("fp", 0) if ins.src == _FP else held[ins.src]
+        held[ins.dst] = ("fp", 0) if ins.src == FP else held[ins.src]
     elif c == _ADD64_K and not ins.off:
         r = held[ins.dst]
         held[ins.dst] = ("fp", r[1] + ins.imm) if r is not None and r[0] == "fp" else None
@@ -67,7 +66,7 @@ class Reuse(Pass):
         insns = a.code.insns
         starts = a.block_starts
         n = len(insns)
-        at = {i for i, ins in enumerate(insns) if ins.code == LD_IMM64 or (ins.code == _MOV64_X and ins.src == _FP)}
+        at = {i for i, ins in enumerate(insns) if ins.code == LD_IMM64 or (ins.code == _MOV64_X and ins.src == FP)}
         if not at:
             return
         h = held(a, at)
@@ -87,7 +86,7 @@ class Reuse(Pass):
                 else:
                     e.replace[i] = Insn(_MOV64_X, ins.dst, src, sym=ins.sym)
                 e.rewrites += 1
-            elif c == _MOV64_X and ins.src == _FP and not ins.off and i + 1 < n and i + 1 not in starts:
+            elif c == _MOV64_X and ins.src == FP and not ins.off and i + 1 < n and i + 1 not in starts:
                 nxt = insns[i + 1]
                 if nxt.code != _ADD64_K or nxt.dst != ins.dst or nxt.off:
                     continue

@@ -15,16 +15,16 @@ are combined.
 from __future__ import annotations
 
 from capsule.bpf.insn import Insn
-from capsule.bpf.opcodes import BYTES_SIZE, Class, Mode
+from capsule.bpf.opcodes import BYTES_SIZE, Class, Mode, Size
+from capsule.ints import MASK8, MASK32, fits_signed, signed, unsigned
 
 from ..analysis import Analysis
 from ..effects import mem_size
-from ..semantics import sext
 from ..values import access_val
 from .align import wide_access_ok
 from .base import Edits, Pass
 
-_ST = frozenset(Class.ST | Mode.MEM | s for s in (0x00, 0x08, 0x10, 0x18))
+_ST = frozenset(Class.ST | Mode.MEM | s for s in Size)
 
 
 class Superword(Pass):
@@ -54,9 +54,9 @@ class Superword(Pass):
         for k in run:
             s = insns[k]
             size = mem_size(s)
-            v = s.imm & 0xFFFFFFFF if size <= 4 else sext(s.imm, 32) & ((1 << 64) - 1)
+            v = s.imm & MASK32 if size <= 4 else unsigned(signed(s.imm, 32))
             for b in range(size):
-                data[s.off + b] = ((v >> (8 * b)) & 0xFF, k)
+                data[s.off + b] = ((v >> (8 * b)) & MASK8, k)
         covered: set[int] = set()
         new: list[tuple[int, int, int]] = []  # (offset, size, value)
         for off in sorted(data):
@@ -77,7 +77,7 @@ class Superword(Pass):
                         for k in touching):
                     continue
                 value = sum(data[b][0] << (8 * (b - off)) for b in span)
-                if size == 8 and not -(1 << 31) <= sext(value, 64) < 1 << 31:
+                if size == 8 and not fits_signed(signed(value), 32):
                     continue
                 if not wide_access_ok(access_val(a.values, run[0], first.dst, off), size, a.prog_type):
                     continue
@@ -98,7 +98,7 @@ class Superword(Pass):
             return
         slots = sorted(gone)
         for k, (off, size, value) in zip(slots, new, strict=False):
-            e.replace[k] = Insn(Class.ST | BYTES_SIZE[size] | Mode.MEM, first.dst, 0, off, sext(value, 32),
+            e.replace[k] = Insn(Class.ST | BYTES_SIZE[size] | Mode.MEM, first.dst, 0, off, signed(value, 32),
                                 sym=insns[k].sym)
         e.delete.update(slots[len(new):])
         e.rewrites += len(new)

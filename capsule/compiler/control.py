@@ -1,0 +1,276 @@
+"""Structured control flow: block, loop, if/else, end, the branches, return, unreachable.
+
+Control flow inside a function is plain BPF jumps. A block's values meet at its label in the homes of their
+slots, so a branch moves the values it carries into place and jumps (constants are placed before any join).
+A loop head is a region of its own: a back-edge stays in the region behind ``may_goto`` and suspends to that
+region when it fires, or, without ``may_goto``, always goes through the dispatcher. A branch to the function
+body is a return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from capsule.bpf.asm import FP, alu, exit_, ja, jmp, ldx, may_goto, mov, st, stx
+from capsule.bpf.opcodes import Alu, Jmp
+from capsule.wasm import BlockType, BrTable, Instr, Op
+
+from . import abi
+from .abi import BPF_FIBER
+from .code import Code, RegionKey
+from .emit import T0, T1, immediate
+from .state import Ctl, FunctionState, Lowering
+from .values import FRAME, Const
+
+JumpTo = Callable[[str], None]  # emits a conditional jump to a label
+
+
+def block(fs: FunctionState, ins: Instr) -> None:
+    params, results = fs.block_types(immediate(ins, BlockType))
+    fs.stack.materialize_all()
+    lab = fs.fresh("b")
+    fs.ctls.append(Ctl("block", lab, len(fs.stack) - len(params), params, results, ins.end))
+
+
+def loop(fs: FunctionState, ins: Instr) -> None:
+    params, results = fs.block_types(immediate(ins, BlockType))
+    fs.stack.materialize_all()
+    head = fs.fresh("loop")
+    region = fs.new_region()
+    fs.ctls.append(Ctl("loop", head, len(fs.stack) - len(params), params, results, ins.end, region=region))
+    # Coming in, everything goes through the frame and back, exactly as at the region entry (reached from
+    # the dispatcher): values loaded from the arena are scalars the verifier does not know, so the loop's
+    # states converge instead of being walked iteration by iteration from known constants.
+    fs.stack.spill_regs(len(fs.stack))
+    fs.code.label(region.label)
+    fs.stack.reload_regs(len(fs.stack))
+    fs.code.label(head)
+
+
+def if_(fs: FunctionState, ins: Instr) -> None:
+    slot, cond = fs.stack.pop()
+    open_if(fs, ins, lambda target: fs.emit(jmp(Jmp.JEQ, fs.stack.read(slot, cond, T0), 0, target, w32=True)))
+
+
+def open_if(fs: FunctionState, ins: Instr, jump_if_false: JumpTo) -> None:
+    """Open an ``if`` whose condition was popped; ``jump_if_false(label)`` emits the test."""
+    params, results = fs.block_types(immediate(ins, BlockType))
+    fs.stack.materialize_all()
+    lab = fs.fresh("if")
+    c = Ctl("if", lab, len(fs.stack) - len(params), params, results, ins.end, ins.else_)
+    c.else_label = lab + ".else"
+    fs.ctls.append(c)
+    jump_if_false(c.else_label)
+
+
+def else_(fs: FunctionState, ins: Instr) -> None:
+    c = fs.ctls[-1]
+    if not fs.dead:
+        fs.stack.materialize_all()
+        fs.emit(ja(c.label))
+        c.targeted = True
+    assert c.else_label is not None
+    fs.code.label(c.else_label)
+    c.else_label = None
+    c.in_else = True
+    fs.stack.replace_from(c.base, c.params)
+    fs.dead = False
+
+
+def end(fs: FunctionState, ins: Instr) -> None:
+    c = fs.ctls.pop()
+    reachable = not fs.dead
+    if reachable:
+        fs.stack.materialize_all()
+    if c.kind == "func":
+        if reachable:
+            do_return(fs)
+        return
+    if c.else_label is not None:  # an if without else: the false path passes the params through
+        fs.code.label(c.else_label)
+        reachable = True
+    if c.kind != "loop":
+        fs.code.label(c.label)
+        reachable = reachable or c.targeted
+    fs.stack.replace_from(c.base, c.results)
+    fs.dead = not reachable
+
+
+def skip_dead(fs: FunctionState, i: int) -> int:
+    """The index to continue at after unreachable instruction ``i``: the innermost block's ``else``/``end``."""
+    c = fs.ctls[-1]
+    if c.kind == "if" and not c.in_else and c.else_index >= 0 and c.else_index > i:
+        return c.else_index
+    return c.end_index
+
+
+# -- branches ---------------------------------------------------------------------------------------------------
+
+def branch_moves(fs: FunctionState, c: Ctl) -> None:
+    """Move the values a branch to ``c`` carries into the target's slots."""
+    k = len(c.branch_types)
+    h = len(fs.stack)
+    for j in range(k):
+        fs.stack.move(h - k + j, c.base + j)
+
+
+def jump_to(fs: FunctionState, c: Ctl) -> None:
+    """Jump to a label whose values are in place: a loop back-edge may suspend (or always does, without
+    ``may_goto``), any other target is a plain jump."""
+    if c.kind == "loop":
+        assert c.region is not None
+        jump_to_head(fs, c.label, c.region, c.base + len(c.params))
+    else:
+        c.targeted = True
+        fs.emit(ja(c.label))
+
+
+def jump_to_head(fs: FunctionState, head: str, region: RegionKey, height: int) -> None:
+    """A loop back-edge: behind ``may_goto`` (suspending to ``region`` when it fires), or, without it,
+    through the dispatcher every time."""
+    if fs.opt.may_goto:
+        susp = fs.fresh("susp")
+        fs.emit(may_goto(susp), ja(head))
+        _suspend_stub(fs, susp, height, region)
+    else:
+        fs.stack.spill_regs(height)
+        fs.leave_with_state(False, region=region)
+
+
+def _suspend_stub(fs: FunctionState, label: str, height: int, region: RegionKey) -> None:
+    """Out-of-line code for a loop whose ``may_goto`` fired: save the stack and resume at the loop head."""
+    saved = fs.code
+    stub = Code()
+    fs.code = stub
+    fs.stack.spill_regs(height)
+    # may_goto fired: this invocation has run long enough; a zero budget makes the dispatcher stop
+    # (the budget left is kept in FIBER_RUN_COUNT so that the dispatcher still counts the transitions run)
+    fs.emit(ldx(8, T1, FP, BPF_FIBER), ldx(8, T0, T1, abi.FIBER_RUN_BUDGET), stx(8, T1, abi.FIBER_RUN_COUNT, T0),
+            st(8, T1, abi.FIBER_RUN_BUDGET, 0))
+    fs.leave_with_state(False, region=region)
+    fs.code = saved
+    fs.pending_stubs.append((label, stub))
+
+
+def br(fs: FunctionState, ins: Instr) -> None:
+    branch(fs, fs.ctls[-1 - immediate(ins, int)])
+    fs.dead = True
+
+
+def branch(fs: FunctionState, c: Ctl) -> None:
+    """An unconditional branch to ``c`` (a branch to the function body is a return)."""
+    if c.kind == "func":
+        do_return(fs)
+    else:
+        branch_moves(fs, c)
+        jump_to(fs, c)
+
+
+def br_if(fs: FunctionState, ins: Instr) -> None:
+    c = fs.ctls[-1 - immediate(ins, int)]
+    slot, cond = fs.stack.pop()
+    r = fs.stack.read(slot, cond, T0)
+    branch_if(fs, c, lambda target: fs.emit(jmp(Jmp.JNE, r, 0, target, w32=True)),
+              lambda target: fs.emit(jmp(Jmp.JEQ, r, 0, target, w32=True)))
+
+
+def branch_if(fs: FunctionState, c: Ctl, jump_if_true: JumpTo, jump_if_false: JumpTo) -> None:
+    """A conditional branch to ``c``; the callbacks emit the test against a label."""
+    k = len(c.branch_types)
+    h = len(fs.stack)
+    needs_moves = any(h - k + j != c.base + j or isinstance(fs.stack[h - k + j], Const) for j in range(k))
+    if c.kind == "block" or c.kind == "if":
+        if not needs_moves:
+            c.targeted = True
+            jump_if_true(c.label)
+            return
+    skip = fs.fresh("skip")
+    jump_if_false(skip)
+    saved = fs.stack.snapshot()
+    branch(fs, c)
+    fs.stack.restore(saved)
+    fs.code.label(skip)
+
+
+def br_table(fs: FunctionState, ins: Instr) -> None:
+    table = immediate(ins, BrTable)
+    slot, idx = fs.stack.pop()
+    r = fs.stack.read(slot, idx, T0)
+    if r != T0:
+        fs.emit(mov(T0, r))
+    targets = list(table.labels)
+    default = table.default
+    # one stub per distinct target depth: moves, then the jump
+    stubs: dict[int, str] = {}
+    for d in [*targets, default]:
+        if d not in stubs:
+            stubs[d] = fs.fresh("bt")
+    if targets:
+        fs.emit(jmp(Jmp.JGE, T0, len(targets), stubs[default], w32=True))
+        _bsearch(fs, targets, 0, len(targets), stubs)
+    else:  # only a default target
+        fs.emit(ja(stubs[default]))
+    saved = fs.stack.snapshot()
+    for d, lab in stubs.items():
+        fs.code.label(lab)
+        fs.stack.restore(saved)
+        branch(fs, fs.ctls[-1 - d])
+    fs.stack.restore(saved)
+    fs.dead = True
+
+
+def _bsearch(fs: FunctionState, targets: list[int], lo: int, hi: int, stubs: dict[int, str]) -> None:
+    """Compare tree over T0 in [lo, hi) jumping to each index's stub."""
+    if hi - lo <= 3:
+        for k in range(lo, hi - 1):
+            fs.emit(jmp(Jmp.JEQ, T0, k, stubs[targets[k]], w32=True))
+        fs.emit(ja(stubs[targets[hi - 1]]))
+        return
+    mid = (lo + hi) // 2
+    upper = fs.fresh("bs")
+    fs.emit(jmp(Jmp.JGE, T0, mid, upper, w32=True))
+    _bsearch(fs, targets, lo, mid, stubs)
+    fs.code.label(upper)
+    _bsearch(fs, targets, mid, hi, stubs)
+
+
+# -- leaving the function ---------------------------------------------------------------------------------------
+
+def return_(fs: FunctionState, ins: Instr) -> None:
+    do_return(fs)
+    fs.dead = True
+
+
+def do_return(fs: FunctionState) -> None:
+    """Results into the frame's first slots, then continue at the caller's return region."""
+    m = len(fs.type.results)
+    h = len(fs.stack)
+    for j in range(m):
+        slot = h - m + j
+        r = fs.stack.read(slot, fs.stack[slot], T0)
+        fs.emit(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r))
+    if fs.leaf:  # back to the BPF caller: 0 means returned (anything else is a trap state)
+        fs.emit(mov(T0, 0), exit_())
+        return
+    fs.emit(
+        ldx(4, T1, FRAME, abi.FRAME_CALLER),
+        alu(Alu.LSH, T1, 32),
+        ldx(4, T0, FRAME, abi.FRAME_RETURN),
+        alu(Alu.OR, T0, T1),
+    )
+    fs.next_region()
+
+
+def unreachable(fs: FunctionState, ins: Instr) -> None:
+    fs.trap(abi.Trap.UNREACHABLE)
+    fs.dead = True
+
+
+def nop(fs: FunctionState, ins: Instr) -> None:
+    pass
+
+
+LOWERINGS: dict[int, Lowering] = {
+    Op.BLOCK: block, Op.LOOP: loop, Op.IF: if_, Op.ELSE: else_, Op.END: end, Op.BR: br, Op.BR_IF: br_if,
+    Op.BR_TABLE: br_table, Op.RETURN: return_, Op.UNREACHABLE: unreachable, Op.NOP: nop,
+}

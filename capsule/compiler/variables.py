@@ -1,0 +1,112 @@
+"""Locals, globals, and the parametric instructions (drop, select).
+
+Locals live in the function's frame, except the few ``register_plan`` keeps in callee-saved registers inside
+a region. Globals live in the runtime area of the window (8 bytes each), except the C shadow-stack pointer,
+which every fiber keeps in its own record.
+"""
+
+from __future__ import annotations
+
+from capsule.bpf.asm import FP, Reg, alu, jmp, ldx, mov, st, stx
+from capsule.bpf.opcodes import Alu, Jmp
+from capsule.wasm import Instr, Op
+
+from . import abi
+from .abi import BPF_FIBER, BPF_RUNTIME
+from .emit import T0, T1, immediate, slot_imm
+from .state import FunctionState, Lowering
+from .values import FRAME, Const, Slot
+
+
+def local_get(fs: FunctionState, ins: Instr) -> None:
+    n = immediate(ins, int)
+    slot = fs.stack.push(Slot(fs.func.locals[n]))
+    dst = fs.stack.dst(slot)
+    lr = fs.local_regs.get(n)
+    fs.emit(mov(dst, lr) if lr is not None else ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * n))
+    if fs.stack.home(slot) is None:
+        fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), dst))
+
+
+def set_local(fs: FunctionState, n: int, keep: bool) -> None:
+    """local.set (``keep``: local.tee) of local ``n`` from the top of the stack."""
+    slot = len(fs.stack) - 1
+    e = fs.stack[slot]
+    off = abi.FRAME_LOCALS + abi.SLOT * n
+    lr = fs.local_regs.get(n)
+    imm = slot_imm(e) if isinstance(e, Const) else None
+    if lr is not None:
+        fs.stack.read_into(lr, slot, e)
+    elif imm is not None:
+        fs.emit(st(8, FRAME, off, imm))
+    else:
+        r = fs.stack.read(slot, e, T0)
+        fs.emit(stx(8, FRAME, off, r))
+    if not keep:
+        fs.stack.pop()
+
+
+def local_set(fs: FunctionState, ins: Instr) -> None:
+    set_local(fs, immediate(ins, int), keep=False)
+
+
+def local_tee(fs: FunctionState, ins: Instr) -> None:
+    set_local(fs, immediate(ins, int), keep=True)
+
+
+def global_addr(fs: FunctionState, g: int) -> tuple[Reg, int]:
+    """Load the base pointer for global ``g`` into T1; returns (base, offset)."""
+    if g == fs.info.stack_pointer_global:
+        fs.emit(ldx(8, T1, FP, BPF_FIBER))
+        return T1, abi.FIBER_STACK_POINTER
+    off = abi.GLOBALS - abi.RT_BASE + abi.SLOT * g
+    fs.emit(ldx(8, T1, FP, BPF_RUNTIME))
+    if off >= 1 << 15:
+        fs.emit(alu(Alu.ADD, T1, off))
+        off = 0
+    return T1, off
+
+
+def global_get(fs: FunctionState, ins: Instr) -> None:
+    g = immediate(ins, int)
+    t = fs.m.all_globals()[g].type
+    slot = fs.stack.push(Slot(t))
+    base, off = global_addr(fs, g)
+    dst = fs.stack.dst(slot)
+    fs.emit(ldx(8, dst, base, off))
+    if fs.stack.home(slot) is None:
+        fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), dst))
+
+
+def global_set(fs: FunctionState, ins: Instr) -> None:
+    g = immediate(ins, int)
+    slot, e = fs.stack.pop()
+    r = fs.stack.read(slot, e, T0)
+    base, off = global_addr(fs, g)
+    fs.emit(stx(8, base, off, r))
+
+
+def drop(fs: FunctionState, ins: Instr) -> None:
+    fs.stack.pop()
+
+
+def select(fs: FunctionState, ins: Instr) -> None:
+    cs, cond = fs.stack.pop()
+    bs, b = fs.stack.pop()
+    a_slot = len(fs.stack) - 1
+    a = fs.stack[a_slot]
+    t = a.type
+    dst = fs.stack.dst(a_slot)
+    fs.stack.read_into(dst, a_slot, a)
+    rc = fs.stack.read(cs, cond, T1)
+    skip = fs.fresh("sel")
+    fs.emit(jmp(Jmp.JNE, rc, 0, skip, w32=True))
+    fs.emit(mov(dst, fs.stack.read(bs, b, T1)))
+    fs.code.label(skip)
+    fs.stack.finish(a_slot, dst, t)
+
+
+LOWERINGS: dict[int, Lowering] = {
+    Op.LOCAL_GET: local_get, Op.LOCAL_SET: local_set, Op.LOCAL_TEE: local_tee, Op.GLOBAL_GET: global_get,
+    Op.GLOBAL_SET: global_set, Op.DROP: drop, Op.SELECT: select, Op.SELECT_T: select,
+}
