@@ -25,8 +25,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 TOP = Path(__file__).resolve().parents[1]
-ROOTS = [TOP / ".cache" / "wast", TOP / ".cache" / "tests",
-         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "capsule" / "build"]
+sys.path.insert(0, str(TOP))
+from capsule.toolchain.cache import cache_dir  # noqa: E402 (this checkout's capsule, found through TOP)
+
+ROOTS = [TOP / ".cache" / "wast", TOP / ".cache" / "tests", cache_dir("build")]
 VARIANTS = {"default": {}, "fast": {"checked": False}, "no-may-goto": {"may_goto": False}}
 
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from capsule.toolchain import bpf_cflags, clang
+from capsule.toolchain.clang import bpf_cflags, clang
 
 CACHE = Path(os.environ.get("CAPSULE_TEST_CACHE", Path(__file__).parent.parent / ".cache" / "tests"))
 CORPUS = Path(__file__).parent / "corpus"

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capsule.toolchain.cache import cache_dir
+
 if TYPE_CHECKING:
     from capsule.compiler import Options
 
@@ -131,10 +133,7 @@ class KernelResult:
 
 # -- building ------------------------------------------------------------------------------------------------
 def _cache_dir() -> Path:
-    d = (
-        Path(os.environ.get("CAPSULE_CACHE", Path(tempfile.gettempdir()) / "capsule-cache"))
-        / "bench-integers"
-    )
+    d = cache_dir("bench-integers")
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -313,19 +312,9 @@ def machine() -> dict[str, str]:
 
 
 # -- command line --------------------------------------------------------------------------------------------
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``bench integers`` (creating the ``bench`` group, or joining it when another bench made
-    it)."""
-    bench = subparsers.choices.get("bench")
-    if bench is None:
-        bench = subparsers.add_parser(
-            "bench",
-            help="benchmarks (loop mechanisms, integer kernels, ...)",
-            description="Measure what the kernel's BPF machinery costs.",
-        )
-        bench.set_defaults(bench_commands=bench.add_subparsers(dest="bench", required=True, metavar="BENCH"))
-    group = bench.get_default("bench_commands")
-    p = group.add_parser(
+def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``bench integers`` in the ``bench`` group (``capsule.cli.bench``)."""
+    p = bench.add_parser(
         "integers",
         help="integer kernels natively (gcc -O2), under wasmtime, and in the kernel",
         description="Run integer kernels (recursive fib, sieve, crc32, sort, matrix multiply) built from the "

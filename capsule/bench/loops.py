@@ -309,15 +309,9 @@ def plot_report(report: LoopsReport, path: Path) -> None:
 
 
 # -- command line -----------------------------------------------------------------------------------------
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``bench loops`` (creating the ``bench`` group, or joining it when another bench made it)."""
-    bench = subparsers.choices.get("bench")
-    if bench is None:
-        bench = subparsers.add_parser("bench", help="benchmarks (loop mechanisms, ...)",
-                                      description="Measure what the kernel's BPF machinery costs.")
-        bench.set_defaults(bench_commands=bench.add_subparsers(dest="bench", required=True, metavar="BENCH"))
-    group = bench.get_default("bench_commands")
-    p = group.add_parser(
+def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``bench loops`` in the ``bench`` group (``capsule.cli.bench``)."""
+    p = bench.add_parser(
         "loops", help="ns per iteration of each BPF loop mechanism, verifier cost, limits",
         description="Sum 0..n-1 through a volatile accumulator with each BPF loop mechanism (plain bounded loop, "
                     "bpf_loop, bpf_iter_num, may_goto with a known and an unknown bound, a dispatcher calling a "

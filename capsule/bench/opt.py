@@ -448,19 +448,13 @@ def plot(report: OptReport, path: Path) -> None:
 
 
 # -- command line ------------------------------------------------------------------------------------------------
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``bench opt`` (creating the ``bench`` group, or joining it when another bench made it)."""
+def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``bench opt`` in the ``bench`` group (``capsule.cli.bench``)."""
     from capsule.opt.passes import DEFAULT_PASSES
 
     from .opt_corpus import SUITES
 
-    bench = subparsers.choices.get("bench")
-    if bench is None:
-        bench = subparsers.add_parser("bench", help="benchmarks (loop mechanisms, optimiser, ...)",
-                                      description="Measure what the kernel's BPF machinery costs.")
-        bench.set_defaults(bench_commands=bench.add_subparsers(dest="bench", required=True, metavar="BENCH"))
-    group = bench.get_default("bench_commands")
-    p = group.add_parser(
+    p = bench.add_parser(
         "opt", help="the optimiser on a corpus of real BPF programs (NI, NPI, verification time, per pass)",
         description="Build (once, cached outside the repository) a corpus of real BPF programs from Debian "
                     "packages, optimise every program, prove each result in the kernel, and report instructions, "

@@ -19,11 +19,12 @@ Where the programs come from (only the package registries are reachable, so ever
   ``falcosecurity-scap-dkms``, built here as its own Makefile builds it against Debian's prepared kernel headers
   (``linux-headers-*``), at ``-mcpu=v2`` and ``v3``: see ``opt_corpus_sysdig``.
 
-Nothing lands in the repository: the cache is ``$CAPSULE_OPT_CORPUS`` or ``$XDG_CACHE_HOME/capsule/opt-corpus``
-(default ``~/.cache/capsule/opt-corpus``). Source packages are fetched with ``apt-get source --download-only``
-under a private apt configuration (``deb-src`` entries derived from the machine's own
-``/etc/apt/sources.list.d/debian.sources``; nothing global changes). Every step is resumable: a fetched file,
-an extracted tree or a built object (or its recorded failure, keyed by the exact command) is reused.
+Nothing lands in the repository: the cache is ``$CAPSULE_OPT_CORPUS``, else ``cache_dir("opt-corpus")``
+(``~/.cache/capsule/opt-corpus``; ``capsule.toolchain.cache``). Source packages are fetched with ``apt-get
+source --download-only`` under a private apt configuration (``capsule.sources.apt.PrivateApt``: ``deb-src``
+entries derived from the machine's own ``/etc/apt/sources.list.d/debian.sources``; nothing global changes).
+Every step is resumable: a fetched file, an extracted tree or a built object (or its recorded failure, keyed by
+the exact command) is reused.
 """
 
 from __future__ import annotations
@@ -35,29 +36,27 @@ import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from capsule.bpf.elf_format import EM_BPF
+from capsule.sources.apt import PrivateApt, Progress, Runner
+from capsule.sources.fetch import FetchError
+from capsule.toolchain.cache import cache_dir
 
-__all__ = ["Suite", "CorpusObject", "Corpus", "SUITES", "CPUS", "cache_root", "AptSources", "build_corpus",
-           "extract_embedded_bpf", "load_manifest"]
+__all__ = ["Suite", "CorpusObject", "Corpus", "SUITES", "CPUS", "cache_root", "build_corpus", "extract_embedded_bpf",
+           "load_manifest"]
 
 CPUS = ("v2", "v3")
 CLANG = "clang-19"
-Progress = Callable[[str], None]
-Runner = Callable[..., subprocess.CompletedProcess]
 
 
 def cache_root() -> Path:
     """Where the corpus lives (never inside the repository)."""
     env = os.environ.get("CAPSULE_OPT_CORPUS")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "capsule" / "opt-corpus"
+    return Path(env) if env else cache_dir("opt-corpus")
 
 
 @dataclass(frozen=True)
@@ -138,96 +137,20 @@ class Corpus:
         return out
 
 
-# -- apt: a private configuration with deb-src entries ----------------------------------------------------------
-@dataclass
-class AptSources:
-    """``apt-get`` options that read source indexes from a private folder, derived from the machine's sources."""
-
-    root: Path
-    system_sources: Path = Path("/etc/apt/sources.list.d/debian.sources")
-    run: Runner = subprocess.run
-
-    def options(self) -> list[str]:
-        r = self.root
-        return ["-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={r / 'parts'}",
-                "-o", f"Dir::State::Lists={r / 'lists'}", "-o", f"Dir::Cache={r / 'cache'}",
-                "-o", "APT::Get::List-Cleanup=0"]
-
-    def sources_text(self) -> str:
-        """deb-src stanzas: the system's non-security URIs and suites, plus the release's backports."""
-        text = self.system_sources.read_text()
-        stanzas = []
-        for block in re.split(r"\n\s*\n", text):
-            fields = dict(m.groups() for m in re.finditer(r"^([A-Za-z-]+):\s*(.*)$", block, re.M))
-            uris, suites = fields.get("URIs", ""), fields.get("Suites", "").split()
-            if not uris or "security" in uris or not suites:
-                continue
-            release = suites[0].split("-")[0]
-            if f"{release}-backports" not in suites:
-                suites.append(f"{release}-backports")
-            signed = fields.get("Signed-By", "/usr/share/keyrings/debian-archive-keyring.gpg")
-            stanzas.append(f"Types: deb-src\nURIs: {uris}\nSuites: {' '.join(suites)}\n"
-                           f"Components: {fields.get('Components', 'main')}\nSigned-By: {signed}\n")
-        if not stanzas:
-            raise RuntimeError(f"{self.system_sources}: no Debian archive entry to derive deb-src lines from")
-        return "\n".join(stanzas)
-
-    def update(self, progress: Progress) -> None:
-        """``apt-get update`` into the private lists (once)."""
-        parts = self.root / "parts"
-        parts.mkdir(parents=True, exist_ok=True)
-        (self.root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
-        (self.root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-        src = parts / "capsule-src.sources"
-        text = self.sources_text()
-        fresh = src.exists() and src.read_text() == text and any((self.root / "lists").glob("*Sources*"))
-        if fresh:
-            return
-        src.write_text(text)
-        progress("apt-get update (private deb-src lists)")
-        self._apt(["apt-get", *self.options(), "update", "-qq"], cwd=None)
-
-    def download_source(self, package: str, dest: Path, progress: Progress) -> Path:
-        """``apt-get source --download-only``; returns the upstream (orig) tarball."""
-        dest.mkdir(parents=True, exist_ok=True)
-        found = _orig_tarball(dest)
-        if found is not None:
-            return found
-        self.update(progress)
-        progress(f"apt-get source {package}")
-        # apt fails the whole command when one of the .dsc/.debian files is missing on the mirror but keeps
-        # what it fetched; only the orig tarball matters here, so judge by that
-        err = self._apt(["apt-get", *self.options(), "source", "--download-only", "-qq", package], cwd=dest,
-                        check=False)
-        found = _orig_tarball(dest)
-        if found is None:
-            raise RuntimeError(f"apt-get source {package}: no upstream tarball fetched: {err.strip()[-300:]}")
+# -- fetching ---------------------------------------------------------------------------------------------------
+def _download_source(apt: PrivateApt, package: str, dest: Path, progress: Progress) -> Path:
+    """The newest upstream (orig) tarball of a source package: fetched once, then found in ``dest``."""
+    found = _orig_tarball(dest)
+    if found is not None:
         return found
-
-    def download_binary(self, package: str, dest: Path, progress: Progress) -> Path:
-        """``apt-get download`` (the system's binary indexes) and unpack with ``dpkg-deb -x``."""
-        dest.mkdir(parents=True, exist_ok=True)
-        tree = dest / "tree"
-        done = dest / ".unpacked"
-        if done.exists():
-            return tree
-        debs = sorted(dest.glob(f"{package}_*.deb"))
-        if not debs:
-            progress(f"apt-get download {package}")
-            self._apt(["apt-get", "download", "-qq", package], cwd=dest)
-            debs = sorted(dest.glob(f"{package}_*.deb"))
-            if not debs:
-                raise RuntimeError(f"apt-get download {package}: no .deb fetched")
-        tree.mkdir(exist_ok=True)
-        self._apt(["dpkg-deb", "-x", str(debs[-1]), str(tree)], cwd=None)
-        done.write_text(debs[-1].name)
-        return tree
-
-    def _apt(self, cmd: list[str], cwd: Path | None, check: bool = True) -> str:
-        r = self.run(cmd, cwd=cwd, capture_output=True, text=True)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[:2])} ... failed ({r.returncode}): {r.stderr.strip()[-300:]}")
-        return r.stderr or ""
+    # apt fails the whole command when one of the .dsc/.debian files is missing on the mirror but keeps what
+    # it fetched; only the orig tarball matters here, so judge by that
+    res = apt.download_source(package, dest, progress)
+    found = _orig_tarball(dest)
+    if found is None:
+        err = res.stderr or ""
+        raise FetchError(f"apt-get source {package}: no upstream tarball fetched: {err.strip()[-300:]}")
+    return found
 
 
 def _orig_tarball(folder: Path) -> Path | None:
@@ -405,7 +328,7 @@ def _first_error(stderr: str) -> str:
     return (stderr.strip().splitlines() or ["clang failed"])[-1][:300]
 
 
-def _binary_suite(suite: Suite, apt: AptSources, root: Path, progress: Progress) -> list[CorpusObject]:
+def _binary_suite(suite: Suite, apt: PrivateApt, root: Path, progress: Progress) -> list[CorpusObject]:
     """Debian's own objects: loose ``.o`` files and the objects embedded in skeleton executables."""
     out_dir = root / "build" / suite.name / "debian"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -413,7 +336,7 @@ def _binary_suite(suite: Suite, apt: AptSources, root: Path, progress: Progress)
     for pkg in suite.packages:
         try:
             tree = apt.download_binary(pkg, root / "deb" / pkg, progress)
-        except RuntimeError as e:
+        except FetchError as e:
             objs.append(CorpusObject(suite.name, pkg, "debian", "", False, str(e)))
             continue
         for f in sorted(p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()):
@@ -435,11 +358,11 @@ def _binary_suite(suite: Suite, apt: AptSources, root: Path, progress: Progress)
 
 def build_corpus(suites: Sequence[str] | None = None, root: Path | None = None, jobs: int | None = None,
                  cpus: Sequence[str] = CPUS, progress: Progress = lambda s: None,
-                 apt: AptSources | None = None, run: Runner = subprocess.run) -> Corpus:
+                 apt: PrivateApt | None = None, run: Runner = subprocess.run) -> Corpus:
     """Fetch, unpack and build the named suites (default: all); resumable, and writes ``manifest.json``."""
     root = root or cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    apt = apt or AptSources(root / "apt")
+    apt = apt or PrivateApt(root / "apt")
     chosen = [SUITES[s] for s in (suites or list(SUITES))]
     corpus = Corpus(root)
     work: list[_Job] = []
@@ -453,13 +376,13 @@ def build_corpus(suites: Sequence[str] | None = None, root: Path | None = None, 
             corpus.objects += build_probe_suite(suite, apt, root, cpus, progress, run, jobs)
             continue
         try:
-            tarball = apt.download_source(suite.packages[0], root / "src" / suite.packages[0], progress)
+            tarball = _download_source(apt, suite.packages[0], root / "src" / suite.packages[0], progress)
             # one pass over the archive for every chosen suite built from the same package
             members = [m for s in chosen if s.packages[0] == suite.packages[0] for m in s.members]
             progress(f"unpacking {tarball.name}")
             tree = extract_members(tarball, root / "src" / suite.packages[0] / "tree", list(dict.fromkeys(members)))
             inc = _headers(root, tree, progress, run)
-        except (RuntimeError, OSError, tarfile.TarError) as e:
+        except (FetchError, RuntimeError, OSError, tarfile.TarError) as e:
             corpus.objects.append(CorpusObject(suite.name, suite.packages[0], "-", "", False, str(e)))
             continue
         pchs = {cpu: _pch(inc, cpu, run) for cpu in cpus}

@@ -32,7 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from capsule.bench.opt_corpus import CLANG, AptSources, CorpusObject, Progress, Runner, Suite, _first_error
+from capsule.bench.opt_corpus import CLANG, CorpusObject, Suite, _first_error
+from capsule.sources.apt import PrivateApt, Progress, Runner
+from capsule.sources.fetch import FetchError, sha256_file
 
 __all__ = ["PROBE_PACKAGE", "HEADERS_META", "LLC", "PROBE_FLAGS", "KernelHeaders", "depends_on", "ir_command",
            "llc_command", "build_probe_suite"]
@@ -89,11 +91,7 @@ def llc_command(ir: Path, cpu: str, out: Path) -> list[str]:
     return [LLC, "-march=bpf", f"-mcpu={cpu}", "-filetype=obj", "-o", str(out), str(ir)]
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _resolve_headers(apt: AptSources, root: Path, progress: Progress) -> tuple[str, str]:
+def _resolve_headers(apt: PrivateApt, root: Path, progress: Progress) -> tuple[str, str]:
     """(flavour package, common package) of the release kernel's headers, resolved once and remembered."""
     memo = root / "deb" / "sysdig-headers.json"
     if memo.exists():
@@ -114,7 +112,7 @@ def _resolve_headers(apt: AptSources, root: Path, progress: Progress) -> tuple[s
     return flavour, common
 
 
-def _fetch(apt: AptSources, root: Path, progress: Progress) -> tuple[Path, KernelHeaders, list[dict]]:
+def _fetch(apt: PrivateApt, root: Path, progress: Progress) -> tuple[Path, KernelHeaders, list[dict]]:
     """The probe's folder, the header trees, and what was fetched (package, .deb file, sha256)."""
     flavour, common = _resolve_headers(apt, root, progress)
     trees: dict[str, Path] = {}
@@ -123,7 +121,7 @@ def _fetch(apt: AptSources, root: Path, progress: Progress) -> tuple[Path, Kerne
         trees[pkg] = apt.download_binary(pkg, root / "deb" / pkg, progress)
         debs = sorted((root / "deb" / pkg).glob(f"{pkg}_*.deb"))
         fetched.append({"package": pkg, "file": debs[-1].name if debs else "",
-                        "sha256": _sha256(debs[-1]) if debs else ""})
+                        "sha256": sha256_file(debs[-1]) if debs else ""})
     probes = sorted(trees[PROBE_PACKAGE].glob("usr/src/scap-*/bpf/probe.c"))
     if not probes:
         raise RuntimeError(f"{PROBE_PACKAGE}: no usr/src/scap-*/bpf/probe.c in the package")
@@ -165,13 +163,13 @@ def _step(cmd: list[str], out: Path, inputs: Sequence[Path], run: Runner) -> tup
     return reason, seconds, False
 
 
-def build_probe_suite(suite: Suite, apt: AptSources, root: Path, cpus: Sequence[str], progress: Progress,
+def build_probe_suite(suite: Suite, apt: PrivateApt, root: Path, cpus: Sequence[str], progress: Progress,
                       run: Runner, jobs: int | None = None) -> list[CorpusObject]:
     """Fetch the probe and the headers, build ``probe.o`` per cpu version; one CorpusObject per cpu."""
     out_dir = root / "build" / suite.name
     try:
         probe_dir, headers, fetched = _fetch(apt, root, progress)
-    except (RuntimeError, OSError) as e:
+    except (FetchError, RuntimeError, OSError) as e:
         return [CorpusObject(suite.name, "probe", "-", "", False, str(e))]
     source = f"{fetched[0]['file']}:{probe_dir.relative_to(root / 'deb' / PROBE_PACKAGE / 'tree')}/probe.c"
     sources = sorted(p for p in probe_dir.parent.rglob("*") if p.is_file() and p.suffix in (".c", ".h"))

@@ -37,7 +37,7 @@ from capsule.ints import signed
 from capsule.kernel import LogLevel
 from capsule.kernel.prog import bpf_stats
 from capsule.runtime import Instance
-from capsule.toolchain import ToolchainError
+from capsule.toolchain.clang import ToolchainError
 from capsule.wasm import load
 
 #: row key -> the build options of that profile

@@ -26,7 +26,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 # the names the host looks up in a compiled object
-ENTRY_PROGRAM = "capsule_run"  # the sleepable SYSCALL program the host runs with BPF_PROG_TEST_RUN
+ENTRY_PROGRAM = "capsule_run"  # the program the host runs with BPF_PROG_TEST_RUN (non-sleepable XDP: below)
 WINDOW_MAP = "capsule_window"  # the arena map that is the window
 META_SECTION = ".capsule.meta"  # what the host needs to instantiate and call the module (``meta``)
 DATA_SECTION = ".capsule.data"  # the data segments' bytes, placed by the host
@@ -37,6 +37,18 @@ WASM_PAGE = 65536
 
 RT_BASE = 0xF000_0000  # linear memory may grow to 3.75 GiB
 MAX_MEMORY_PAGES = RT_BASE // WASM_PAGE
+# In fast mode (no bounds checks) every address is masked to the smallest power of two that holds the memory's
+# maximum, at most FAST_MAX_BYTES: an access, even a wild one, then stays below RT_BASE (offsets in an
+# instruction add at most 32 KiB), so a buggy guest may corrupt its own memory but never the runtime's.
+FAST_MAX_BYTES = 1 << 31
+
+
+def fast_mask(max_bytes: int) -> int:
+    """The address mask of fast mode for a memory of at most ``max_bytes`` (which it may lower)."""
+    size = WASM_PAGE
+    while size < min(max_bytes, FAST_MAX_BYTES):
+        size <<= 1
+    return size - 1
 
 # control block (module-wide)
 CTRL = RT_BASE
@@ -44,7 +56,6 @@ CTRL_MEM_PAGES = 0  # current memory size, wasm pages
 CTRL_MEM_BYTES = 8  # current memory size, bytes
 CTRL_MEM_MAX_PAGES = 16
 CTRL_COMMITTED = 24  # bytes of linear memory backed by arena pages
-CTRL_USER_BASE = 32  # the arena's user-space address (for bpf_arena_alloc_pages)
 CTRL_TABLE0_SIZE = 40  # u64 per table, MAX_TABLES of them
 CTRL_REALTIME_OFFSET = 128  # realtime clock minus boot-time clock, ns (written by the host)
 
@@ -75,6 +86,7 @@ FIBER_RUN_BUDGET = 72  # u64: the current invocation's budget (profile without m
 FIBER_TRAP_INLINED = 80  # u64: 1 + the function whose inlined body trapped inside the trapping one, else 0
 FIBER_RESUME = 88  # u64: the state a yielded fiber continues at
 FIBER_EXIT_CODE = 96  # u64: the code given to capsule.exit
+FIBER_GROW = 104  # u64: bytes of linear memory a memory.grow needs backed by pages (status GROW)
 
 # the dispatcher's bounded loops in the profile without may_goto: regions per step, steps per round, rounds
 STEP_REGIONS = 32
@@ -108,6 +120,7 @@ MAX_PHYS = (1 << PHYS_BITS) - 1  # 255 physical functions; index 255 is never us
 SPECIAL_BASE = 0xFFFF_FF00  # + a Trap code (below 0x80), or one of these:
 SPECIAL_YIELD = SPECIAL_BASE + 0x80
 SPECIAL_EXIT = SPECIAL_BASE + 0x81
+SPECIAL_GROW = SPECIAL_BASE + 0x82
 RETURN_TO_HOST = 0xFFFF_FFFF
 
 
@@ -155,9 +168,16 @@ class Status(IntEnum):
     BAD_TOKEN = 3  # fiber index out of range or generation mismatch: nothing ran
     YIELD = 4  # the guest called capsule.yield: serve it and continue with the same token
     EXIT = 5  # the guest called capsule.exit; ctx.detail is the code and the fiber is idle again
+    GROW = 6  # a memory.grow needs pages up to ctx.detail bytes: back them, then continue with the same token
 
 
-# the entry program's context (BPF_PROG_TEST_RUN ctx_in/ctx_out)
+# The entry program is an XDP program run by BPF_PROG_TEST_RUN on a "packet" that is the context below: XDP
+# because programs too large for one verifier budget are split into several joined by tail calls, which no
+# sleepable program may use (a PROG_ARRAY is refused); the price is that a non-sleepable program cannot
+# allocate arena pages, so a memory.grow past the committed pages returns to the host (status GROW).
+
+
+# the entry program's context: the packet's bytes (BPF_PROG_TEST_RUN data_in/data_out)
 CTX_FIBER = 0  # u32
 CTX_GENERATION = 4  # u32
 CTX_BUDGET = 8  # u64: region transitions allowed in this invocation
@@ -165,6 +185,8 @@ CTX_STATUS = 16  # u64 (out)
 CTX_DETAIL = 24  # u64 (out): trap code
 CTX_TRANSITIONS = 32  # u64 (out): regions run in this invocation
 CTX_SIZE = 40
+XDP_MD_DATA = 0  # struct xdp_md: the packet's start and end (u32 each, the verifier makes them pointers)
+XDP_MD_DATA_END = 4
 
 
 def state(fp: int, region: int) -> int:

@@ -9,14 +9,14 @@ region of the caller: it reloads the stack and takes the results from the callee
 
 from __future__ import annotations
 
-from capsule.bpf.asm import FP, R0, R1, R2, alu, call, exit_, jmp, ldx, mov, st, stx
+from capsule.bpf.asm import FP, R0, R1, R2, addr_space_cast, alu, call, exit_, ja, jmp, ldx, may_goto, mov, st, stx
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import ExternKind, FuncType, Instr, Op, ValType
 
 from . import abi, intrinsics
-from .abi import BPF_CALL_REGION, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_RUNTIME
+from .abi import BPF_CALL_REGION, BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME
 from .code import Code, RegionKey
-from .dispatcher import leaf_name
+from .dispatcher import leaf_name, phys_name
 from .emit import T0, T1, immediate
 from .state import FunctionState, LoweredFunction, Lowering
 from .values import CALLER_SAVED, FRAME, Entry, Slot
@@ -134,7 +134,23 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     else:
         fs.emit(frame_insn(st(4, FRAME, abi.FRAME_RETURN + 4, 0)))
     # state = (fp + frame size) << 32 | callee entry
-    fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), fs.frame_relative(alu(Alu.ADD, T0, 0), "imm"), alu(Alu.LSH, T0, 32))
+    fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), fs.frame_relative(alu(Alu.ADD, T0, 0), "imm"))
+    direct = callee is not None and fs.info.direct(fs.index, callee.func)
+    if callee is not None and not direct and fs.info.nested(fs.index, callee.func):
+        nested_call(fs, callee, cont)
+    if direct:
+        assert callee is not None
+        # the callee is in this physical function: enter it here, its frame set up as the prologue would
+        # (the frame pointer masked to 32 bits, the range the prologue gives it, so that the verifier's
+        # states at the callee's entry prune). The call is charged to the invocation's budget like a trip
+        # through the dispatcher (every register is free here: the stack was saved); may_goto bounds the
+        # chain of such jumps for the verifier (recursion)
+        through = fs.fresh("dcall")
+        fs.emit(mov(T0, T0, w32=True), ldx(8, T1, FP, BPF_FIBER), ldx(8, R1, T1, abi.FIBER_RUN_BUDGET),
+                jmp(Jmp.JEQ, R1, 0, through), alu(Alu.SUB, R1, 1), stx(8, T1, abi.FIBER_RUN_BUDGET, R1),
+                stx(8, FP, BPF_FP_SCALAR, T0), addr_space_cast(FRAME, T0, 0, 1), ja(callee.label))
+        fs.code.label(through)
+    fs.emit(alu(Alu.LSH, T0, 32))
     if callee is not None:
         ins = mov(T1, 0, w32=True)
         fs.code.region_ref(ins, callee)
@@ -144,12 +160,120 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
         fs.emit(ldx(4, T1, FP, region_on_stack))
     fs.emit(alu(Alu.OR, T0, T1))
     fs.next_region()
+    if direct:
+        assert callee is not None
+        # the callee's return jumps here (``return_stub``) with our frame pointer in T1 and the continuation's
+        # region in T0. may_goto bounds chains of returns (recursion) and, as any may_goto, makes the verifier
+        # keep its state here, so that returns from many callees prune; when it fires, the continuation is
+        # left to the dispatcher (the first DIRECT_ENTRY_INSNS instructions from the label)
+        slow = direct_entry(cont) + ".slow"
+        fs.code.label(slow)
+        fs.emit(alu(Alu.LSH, T1, 32), alu(Alu.OR, T0, T1), exit_())
+        fs.code.label(direct_entry(cont))
+        fs.emit(may_goto(slow), stx(8, FP, BPF_FP_SCALAR, T1), addr_space_cast(FRAME, T1, 0, 1))
+        fs.direct_calls.append((callee.func, cont))
     # the continuation: reload our stack, take the results from the callee's frame
     fs.code.label(cont.label)
     base -= consumed_below
     fs.stack.truncate(base)
     fs.stack.reload_regs(base)
     take_results(fs, ft)
+
+
+DIRECT_ENTRY_INSNS = 6
+
+
+def nested_call(fs: FunctionState, callee: RegionKey, cont: RegionKey) -> None:
+    """Run the callee's physical function as a BPF function, with the callee's entry as its state (T0 holds
+    the callee's frame pointer): it returns the next state, which is our continuation when the callee has
+    returned without suspending; then we go on there without the dispatcher. Any other state (the callee
+    called through the software stack, suspended, trapped) is the fiber's next, and we leave with it: our
+    stack is saved and the continuation waits in the callee's frame, as for any call. Charged to the budget
+    like a trip through the dispatcher; when it is used up the call goes through the dispatcher."""
+    assert fs.info.plan is not None
+    through = fs.fresh("ncall")
+    fs.emit(mov(T1, T0), ldx(8, R1, FP, BPF_FIBER), ldx(8, R2, R1, abi.FIBER_RUN_BUDGET),
+            jmp(Jmp.JEQ, R2, 0, through), alu(Alu.SUB, R2, 1), stx(8, R1, abi.FIBER_RUN_BUDGET, R2),
+            mov(R1, T1), alu(Alu.LSH, R1, 32))
+    ins = mov(R2, 0, w32=True)
+    fs.code.region_ref(ins, callee)
+    fs.emit(ins, alu(Alu.OR, R1, R2), ldx(8, R2, FP, BPF_FIBER_SCALAR),
+            call(phys_name(fs.info.plan.phys_of[callee.func])))
+    # back: r0 is the next state; ours is (fp << 32 | continuation)
+    fs.emit(ldx(8, T1, FP, BPF_FP_SCALAR), alu(Alu.LSH, T1, 32))
+    ins = mov(R1, 0, w32=True)
+    fs.code.region_ref(ins, cont)
+    fs.emit(ins, alu(Alu.OR, T1, R1), jmp(Jmp.JNE, T0, T1, _propagate_label(fs)))
+    # the callee may have grown memory (within the committed pages): our copy of the size follows. The
+    # may_goto makes the verifier keep its state here, so that the rest of the caller is walked once
+    # whichever path led to the call; when it fires, the continuation is left to the dispatcher (T0 = its state)
+    fs.emit(ldx(8, T1, FP, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_BYTES), stx(8, FP, BPF_MEM_BYTES, T1),
+            may_goto(_propagate_label(fs)), ja(cont.label))
+    fs.code.label(through)
+
+
+def direct_entry(cont: RegionKey) -> str:
+    """The label a directly called callee returns to: the continuation, entered with the frame pointer in T1.
+    Its code starts at ``direct_entry(cont) + ".slow"``."""
+    return cont.label + ".direct"
+
+
+def direct_callee_entry(fs: FunctionState, entry: RegionKey) -> None:
+    """The entry of a function callers of its physical function jump to: a may_goto first, which bounds chains
+    of direct calls (recursion) and makes the verifier keep its state here, so that the entries from many call
+    sites prune; when it fires, the call continues through the dispatcher."""
+    slow = fs.fresh("entry.slow")
+    fs.emit(may_goto(slow))
+    stub = Code()
+    stub.emit(ldx(8, T0, FP, BPF_FP_SCALAR), alu(Alu.LSH, T0, 32))
+    ins = mov(T1, 0, w32=True)
+    stub.region_ref(ins, entry)
+    stub.emit(ins, alu(Alu.OR, T0, T1), exit_())
+    fs.pending_stubs.append((slow, stub))
+
+
+def return_label(func: int) -> str:
+    return f"f{func}.return"
+
+
+def leave_return(fs: FunctionState) -> None:
+    """Continue at the caller's return region: T1 = the caller's frame pointer, T0 = that region. A function
+    that callers of its own physical function call directly goes through its ``return_stub``, which jumps
+    straight back to them; any other returns through the dispatcher."""
+    fs.emit(ldx(4, T1, FRAME, abi.FRAME_CALLER), ldx(4, T0, FRAME, abi.FRAME_RETURN))
+    if fs.index in fs.info.direct_returners:
+        fs.emit(ja(return_label(fs.index)))
+        return
+    fs.emit(alu(Alu.LSH, T1, 32), alu(Alu.OR, T0, T1))
+    fs.next_region()
+
+
+def return_stub(func: int, conts: list[tuple[int, str]]) -> Code:
+    """``func``'s returns, once region ids are known: a compare tree over the continuations its callers in this
+    physical function wait at (``(region id, label)``), jumping straight to the one in T0; any other region
+    (a caller elsewhere, the host) through the dispatcher."""
+    code = Code()
+    out = f"f{func}.return.out"
+    code.label(return_label(func))
+    _match(code, sorted(conts), out, f"f{func}.return")
+    code.label(out)
+    code.emit(alu(Alu.LSH, T1, 32), alu(Alu.OR, T0, T1), exit_())
+    return code
+
+
+def _match(code: Code, cases: list[tuple[int, str]], default: str, stem: str) -> None:
+    """Jump to the label of the case equal to w(T0), else to ``default``: a balanced tree over sorted values."""
+    if len(cases) <= 3:
+        for value, label in cases:
+            code.emit(jmp(Jmp.JEQ, T0, value, label, w32=True))
+        code.emit(ja(default))
+        return
+    mid = len(cases) // 2
+    upper = code.fresh(f"{stem}.m")
+    code.emit(jmp(Jmp.JGE, T0, cases[mid][0], upper, w32=True))
+    _match(code, cases[:mid], default, stem)
+    code.label(upper)
+    _match(code, cases[mid:], default, stem)
 
 
 def leaf_call(fs: FunctionState, ft: FuncType, callee: int) -> None:

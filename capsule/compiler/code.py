@@ -34,6 +34,7 @@ class Code:
     # (instruction, region, field): the region's id goes into insn.imm, added to what is there
     region_fixups: list[tuple[Insn, RegionKey]] = field(default_factory=list)
     _n: int = 0
+    _labelled: int = -1  # where the last label was defined
 
     def emit(self, *insns: Insn) -> None:
         self.insns.extend(insns)
@@ -42,6 +43,11 @@ class Code:
         if name in self.labels:
             raise ValueError(f"label {name!r} defined twice")
         self.labels[name] = len(self.insns)
+        self._labelled = len(self.insns)
+
+    def just_emitted(self, insn: Insn) -> bool:
+        """Whether ``insn`` is the last instruction and nothing can jump in after it (no label since)."""
+        return bool(self.insns) and self.insns[-1] is insn and self._labelled != len(self.insns)
 
     def fresh(self, stem: str) -> str:
         self._n += 1
@@ -59,6 +65,17 @@ class Code:
             self.labels[name] = base + idx
         self.insns.extend(other.insns)
         self.region_fixups.extend(other.region_fixups)
+
+    def delete(self, label: str, count: int) -> None:
+        """Remove the ``count`` instructions at ``label`` (and the label): code found unreachable once every
+        function is lowered, which the verifier would refuse."""
+        at = self.labels.pop(label)
+        for name in [n for n, i in self.labels.items() if at < i < at + count]:  # labels inside go too
+            del self.labels[name]
+        del self.insns[at : at + count]
+        for name, i in self.labels.items():
+            if i >= at + count:
+                self.labels[name] = i - count
 
     def __len__(self) -> int:
         return len(self.insns)

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from capsule.bpf.asm import FP, alu, exit_, ja, jmp, ldx, may_goto, mov, st, stx
-from capsule.bpf.opcodes import Alu, Jmp
+from capsule.bpf.asm import FP, exit_, ja, jmp, ldx, may_goto, mov, st, stx
+from capsule.bpf.opcodes import Jmp
 from capsule.wasm import BlockType, BrTable, Instr, Op
 
 from . import abi
 from .abi import BPF_FIBER
+from .calls import leave_return
 from .code import Code, RegionKey
 from .emit import T0, T1, immediate
 from .state import Ctl, FunctionState, Lowering
-from .values import FRAME, Const
+from .values import FRAME, Slot
 
 JumpTo = Callable[[str], None]  # emits a conditional jump to a label
 
@@ -37,7 +38,11 @@ def loop(fs: FunctionState, ins: Instr) -> None:
     fs.stack.materialize_all()
     head = fs.fresh("loop")
     region = fs.new_region()
-    fs.ctls.append(Ctl("loop", head, len(fs.stack) - len(params), params, results, ins.end, region=region))
+    written = sorted({x.imm for x in fs.func.body[fs.pos + 1 : ins.end]
+                      if x.op in (Op.LOCAL_SET, Op.LOCAL_TEE) and x.imm in fs.local_regs})
+    widen = tuple((n, fs.local_regs[n]) for n in written if isinstance(n, int))
+    fs.ctls.append(Ctl("loop", head, len(fs.stack) - len(params), params, results, ins.end, region=region,
+                       widen=widen))
     # Coming in, everything goes through the frame and back, exactly as at the region entry (reached from
     # the dispatcher): values loaded from the arena are scalars the verifier does not know, so the loop's
     # states converge instead of being walked iteration by iteration from known constants.
@@ -119,6 +124,13 @@ def jump_to(fs: FunctionState, c: Ctl) -> None:
     ``may_goto``), any other target is a plain jump."""
     if c.kind == "loop":
         assert c.region is not None
+        # The register locals the loop writes go through the frame on every back-edge. Along some path a local
+        # may hold a value the verifier knows exactly (a counter that was 0 on the path where "i == 0"), and
+        # iterations from an exact value never lie within an earlier one's, so may_goto cannot prune them: a
+        # value loaded from the arena is one the verifier knows nothing about (fd_readdir's skip loop walked
+        # 8,192 iterations without this).
+        for n, r in c.widen:
+            fs.emit(stx(8, FRAME, fs.stack.local_off(n), r), ldx(8, r, FRAME, fs.stack.local_off(n)))
         jump_to_head(fs, c.label, c.region, c.base + len(c.params))
     else:
         c.targeted = True
@@ -178,7 +190,7 @@ def branch_if(fs: FunctionState, c: Ctl, jump_if_true: JumpTo, jump_if_false: Ju
     """A conditional branch to ``c``; the callbacks emit the test against a label."""
     k = len(c.branch_types)
     h = len(fs.stack)
-    needs_moves = any(h - k + j != c.base + j or isinstance(fs.stack[h - k + j], Const) for j in range(k))
+    needs_moves = any(h - k + j != c.base + j or not isinstance(fs.stack[h - k + j], Slot) for j in range(k))
     if c.kind == "block" or c.kind == "if":
         if not needs_moves:
             c.targeted = True
@@ -252,13 +264,7 @@ def do_return(fs: FunctionState) -> None:
     if fs.leaf:  # back to the BPF caller: 0 means returned (anything else is a trap state)
         fs.emit(mov(T0, 0), exit_())
         return
-    fs.emit(
-        ldx(4, T1, FRAME, abi.FRAME_CALLER),
-        alu(Alu.LSH, T1, 32),
-        ldx(4, T0, FRAME, abi.FRAME_RETURN),
-        alu(Alu.OR, T0, T1),
-    )
-    fs.next_region()
+    leave_return(fs)
 
 
 def unreachable(fs: FunctionState, ins: Instr) -> None:

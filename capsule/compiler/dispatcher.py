@@ -18,6 +18,7 @@ from capsule.bpf.asm import (
     R1,
     R2,
     R3,
+    R4,
     R6,
     R7,
     R8,
@@ -110,12 +111,16 @@ def _call_tree(code: Code, nphys: int, stem: str, after: str) -> None:
 
 
 def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
-    """``int capsule_run(struct ctx *)``: run the fiber named by ctx until done, trap, or budget."""
+    """``int capsule_run(struct xdp_md *)``: run the fiber named by the context (the packet's first
+    ``abi.CTX_SIZE`` bytes) until done, trap, or budget."""
     code = Code()
     bad, loop, out, special, pending = "run.bad", "run.loop", "run.out", "run.special", "run.pending"
     code.label(abi.ENTRY_PROGRAM)
+    # R6 = the context in the packet; a packet too short for it is refused without touching anything
+    code.emit(ldx(4, R2, R1, abi.XDP_MD_DATA), ldx(4, R3, R1, abi.XDP_MD_DATA_END), mov(R4, R2),
+              alu(Alu.ADD, R4, abi.CTX_SIZE), jmp(Jmp.JGT, R4, R3, "run.short"))
     code.emit(
-        mov(R6, R1),
+        mov(R6, R2),
         ld_map_fd(R1, abi.WINDOW_MAP),  # using the arena map makes the program the arena's (addr_space_cast needs it)
         ldx(4, R1, R6, abi.CTX_FIBER), jmp(Jmp.JGE, R1, nfibers, bad),
         alu(Alu.MUL, R1, abi.FIBER_SIZE), alu(Alu.ADD, R1, abi.FIBERS - abi.RT_BASE),
@@ -153,11 +158,14 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
     code.label(special)
     code.emit(mov(R2, R9, w32=True), jmp(Jmp.JEQ, R2, abi.RETURN_TO_HOST, "run.done", w32=True),
               jmp(Jmp.JEQ, R2, abi.SPECIAL_YIELD, "run.yield", w32=True),
-              jmp(Jmp.JEQ, R2, abi.SPECIAL_EXIT, "run.exit", w32=True))
+              jmp(Jmp.JEQ, R2, abi.SPECIAL_EXIT, "run.exit", w32=True),
+              jmp(Jmp.JEQ, R2, abi.SPECIAL_GROW, "run.grow", w32=True))
     code.emit(alu(Alu.SUB, R2, abi.SPECIAL_BASE, w32=True), mov(R0, abi.Status.TRAP),
               mov(R1, R9), alu(Alu.RSH, R1, 32), stx(8, R7, abi.FIBER_TRAP_FP, R1), ja(out))
     code.label("run.yield")  # the fiber continues where it yielded
     code.emit(ldx(8, R9, R7, abi.FIBER_RESUME), mov(R0, abi.Status.YIELD), mov(R2, 0), ja(out))
+    code.label("run.grow")  # the fiber continues where it asked, once the host has backed the pages
+    code.emit(ldx(8, R9, R7, abi.FIBER_RESUME), mov(R0, abi.Status.GROW), ldx(8, R2, R7, abi.FIBER_GROW), ja(out))
     code.label("run.exit")  # the fiber is idle again
     code.emit(ldx(8, R2, R7, abi.FIBER_EXIT_CODE), mov(R9, abi.RETURN_TO_HOST, w32=True), mov(R0, abi.Status.EXIT),
               ja(out))
@@ -178,6 +186,8 @@ def entry_program(nphys: int, nfibers: int, may_goto_profile: bool) -> Code:
               exit_())
     code.label(bad)
     code.emit(mov(R0, abi.Status.BAD_TOKEN), stx(8, R6, abi.CTX_STATUS, R0), exit_())
+    code.label("run.short")
+    code.emit(mov(R0, abi.Status.BAD_TOKEN), exit_())
     if not may_goto_profile:
         _bounded_levels(code, nphys)
     return code

@@ -16,6 +16,7 @@ from capsule.wasm import Instr, Op, op_name
 
 from . import abi, calls, control, floats, integers, memory, tables, variables
 from .abi import BPF_FIBER, BPF_FP_SCALAR
+from .calls import direct_callee_entry
 from .dispatcher import frame_setup, leaf_name
 from .emit import T0, T1
 from .state import Ctl, FunctionState, LoweredFunction, Lowering, ModuleInfo
@@ -46,6 +47,8 @@ def compile_function(info: ModuleInfo, index: int, *, leaf: bool = False) -> Low
         fs.emit(*frame_setup(R1, R2))  # r1 = frame, r2 = fiber record (guest addresses)
     else:
         fs.code.label(entry.label)
+        if fs.index in info.direct_callees:
+            direct_callee_entry(fs, entry)
     _prologue(fs)
     fs.ctls.append(Ctl("func", f"f{fs.index}.end", 0, (), fs.type.results, len(body) - 1))
     while fs.pos < len(body):
@@ -62,7 +65,7 @@ def compile_function(info: ModuleInfo, index: int, *, leaf: bool = False) -> Low
     frame = FrameLayout(len(fs.func.locals), fs.stack.max_height)
     for insn, fld, sign in fs.frame_fixups:
         setattr(insn, fld, getattr(insn, fld) + sign * frame.size)
-    return LoweredFunction(fs.index, fs.code, fs.regions, frame)
+    return LoweredFunction(fs.index, fs.code, fs.regions, frame, fs.direct_calls)
 
 
 def _unsupported(fs: FunctionState, ins: Instr) -> None:

@@ -18,7 +18,7 @@ from . import abi
 from .control import branch_if, open_if
 from .emit import T0, T1, borrow, imm_of, immediate
 from .state import FunctionState, Lowering
-from .values import Const, Slot
+from .values import Const, Local, Slot
 
 I32, I64 = ValType.I32, ValType.I64
 F32, F64 = ValType.F32, ValType.F64
@@ -81,7 +81,7 @@ def const(fs: FunctionState, ins: Instr) -> None:
 def unary(fs: FunctionState, t: ValType, body: Callable[[Reg], None]) -> None:
     slot, e = fs.stack.pop()
     fs.stack.push(e)  # keep the slot occupied while computing into its home
-    dst = fs.stack.dst(slot)
+    dst = fs.stack.result(slot)
     fs.stack.read_into(dst, slot, e)
     body(dst)
     fs.stack.finish(slot, dst, t)
@@ -92,7 +92,7 @@ def binop(fs: FunctionState, op: Alu, w32: bool) -> None:
     a_slot = len(fs.stack) - 1
     a = fs.stack[a_slot]
     t = I32 if w32 else I64
-    dst = fs.stack.dst(a_slot)
+    dst = fs.stack.result(a_slot, b)
     imm = imm_of(b, w32)
     if op in _SHIFTS and isinstance(b, Const):
         imm = b.bits & (31 if w32 else 63)
@@ -195,7 +195,7 @@ def rotate(fs: FunctionState, left: bool, w32: bool) -> None:
                 fs.emit(mov(tmp, dst), alu(first, tmp, n, w32=w32), alu(second, dst, bits - n, w32=w32),
                         alu(Alu.OR, dst, tmp, w32=w32))
     else:
-        rb = fs.stack.read(bs, b, T1)
+        rb = fs.stack.read_owned(bs, b, T1)  # negated below
         with borrow(fs, {dst, rb}) as tmp:
             # x << n | x >> (-n & (bits-1)): BPF masks shift counts to the operand width
             fs.emit(mov(tmp, dst), alu(first, tmp, rb, w32=w32), neg(rb, w32=w32),
@@ -244,7 +244,12 @@ def popcount(fs: FunctionState, x: Reg, t1: Reg, t2: Reg, w32: bool) -> None:
 def retype(fs: FunctionState, t: ValType) -> None:
     """A conversion that changes only the type: the bits stay as they are."""
     _, e = fs.stack.pop()
-    fs.stack.push(Const(t, e.bits) if isinstance(e, Const) else Slot(t))
+    if isinstance(e, Const):
+        fs.stack.push(Const(t, e.bits))
+    elif isinstance(e, Local):  # the same bits, seen as another type
+        fs.stack.push(Local(t, e.n))
+    else:
+        fs.stack.push(Slot(t))
 
 
 def wrap(fs: FunctionState) -> None:

@@ -60,12 +60,7 @@ def _yield(fs: FunctionState) -> None:
     fs.stack.materialize_all()
     fs.stack.spill_regs(h)
     cont = fs.new_region()
-    # where to resume: kept in the fiber record; the dispatcher restores it when it reports YIELD
-    fs.emit(ldx(8, T0, R10, BPF_FP_SCALAR), alu(Alu.LSH, T0, 32))
-    ins = mov(T1, 0, w32=True)
-    fs.code.region_ref(ins, cont)
-    fs.emit(ins, alu(Alu.OR, T0, T1), ldx(8, T1, R10, BPF_FIBER), stx(8, T1, abi.FIBER_RESUME, T0))
-    fs.leave_with_state(False, special=abi.SPECIAL_YIELD)
+    fs.leave_for(cont, abi.SPECIAL_YIELD)
     fs.code.label(cont.label)
     fs.stack.reload_regs(h)
 

@@ -15,19 +15,12 @@ from collections.abc import Callable
 
 from capsule.bpf.asm import FP as R10
 from capsule.bpf.asm import (
-    R1,
-    R2,
-    R3,
-    R4,
-    R5,
     Reg,
     addr_space_cast,
     alu,
-    call_kfunc,
     ja,
     jmp,
     ld_imm64,
-    ld_map_fd,
     ldx,
     ldxs,
     mov,
@@ -39,11 +32,11 @@ from capsule.ints import fits_signed, signed, unsigned
 from capsule.wasm import MemArg, Op, ValType
 
 from . import abi
-from .abi import BPF_MEM_BYTES, BPF_RUNTIME, BPF_TEMP, BPF_TEMP2
+from .abi import BPF_FIBER, BPF_MEM_BYTES, BPF_RUNTIME, BPF_TEMP, BPF_TEMP2
 from .control import jump_to_head
 from .emit import T0, T1, imm_of, immediate
 from .state import FunctionState, Lowering
-from .values import CALLER_SAVED, FRAME, Slot
+from .values import FRAME, Slot
 
 I32, I64, F32, F64 = ValType.I32, ValType.I64, ValType.F32, ValType.F64
 
@@ -63,9 +56,11 @@ _STORES = {
 
 def address(fs: FunctionState, ra: Reg, offset: int, size: int, *, check: bool) -> tuple[Reg, int]:
     """Bounds-check (with ``check``) and cast the address in ``ra``; returns (pointer register, insn offset).
+    In fast mode the pointer is masked (``abi.fast_mask``), so that no access reaches the runtime area.
 
     Uses T0 for the pointer and, when checking, T1 for the limit.
     """
+    mask = [] if fs.opt.checked else [alu(Alu.AND, T0, fs.info.memory_mask, w32=True)]
     if check:
         end = offset + size
         if fits_signed(end, 32):
@@ -79,10 +74,10 @@ def address(fs: FunctionState, ra: Reg, offset: int, size: int, *, check: bool) 
                 fs.emit(alu(Alu.SUB, T0, T1))
             ra = T0
     if offset < (1 << 15):
-        fs.emit(addr_space_cast(T0, ra, 0, 1))
+        fs.emit(addr_space_cast(T0, ra, 0, 1), *mask)
         return T0, offset
     # the effective address wraps at 32 bits in fast mode (checked mode has trapped before it could)
-    fs.emit(mov(T0, ra), alu(Alu.ADD, T0, unsigned(offset, 32), w32=True), addr_space_cast(T0, T0, 0, 1))
+    fs.emit(mov(T0, ra), alu(Alu.ADD, T0, unsigned(offset, 32), w32=True), addr_space_cast(T0, T0, 0, 1), *mask)
     return T0, 0
 
 
@@ -116,8 +111,8 @@ def store(fs: FunctionState, memarg: MemArg, size: int) -> None:
     if ra == T0:  # keep T0 free for the pointer
         fs.emit(stx(8, R10, BPF_TEMP, T0))
     rv: Reg | None = None
-    if imm is None and isinstance(v, Slot) and fs.stack.home(vs) is not None:
-        rv = fs.stack.home(vs)
+    if imm is None:
+        rv = fs.stack.register_of(vs, v)
     if ra == T0:
         fs.emit(ldx(8, T1, R10, BPF_TEMP))
         ra = T1
@@ -143,36 +138,28 @@ def store(fs: FunctionState, memarg: MemArg, size: int) -> None:
 
 
 def grow(fs: FunctionState) -> None:
-    """memory.grow: within the declared maximum; pages past what is committed are allocated with the
-    ``bpf_arena_alloc_pages`` kfunc (the entry program is sleepable)."""
+    """memory.grow: within the declared maximum, and within the pages the host has backed. The entry program is
+    not sleepable, so it cannot allocate arena pages itself: a grow past what is committed leaves the region
+    (status GROW, the bytes needed in ``FIBER_GROW``), the host backs the pages, and the grow is tried again in a
+    region of its own; if the pages are still not there, it fails (-1) as a grow past the maximum does."""
     slot, e = fs.stack.pop()
     fs.stack.push(e)
-    # the registers of the slots below are saved around the kfunc call: constants must be in them first
+    fs.stack.materialize(slot)  # the delta is read again after the host round trip: it must be in its slot
     fs.stack.materialize_below(slot)
     dst = fs.stack.dst(slot)  # T0 when the slot lives in the frame: the code below keeps to T0/T1 and BPF_TEMP*
-    fs.stack.read_into(T0, slot, e)
-    fail = fs.fresh("growfail")
-    done = fs.fresh("growdone")
-    live = frozenset(r for r in fs.stack.regs[:slot] if r in CALLER_SAVED)
-    # new pages = old + n (64-bit: no wrap-around), at BPF_TEMP
-    fs.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_PAGES), alu(Alu.ADD, T0, T1),
-            stx(8, R10, BPF_TEMP, T0), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_MAX_PAGES),
-            jmp(Jmp.JGT, T0, T1, fail))
-    # bytes = new pages << 16; allocate [committed, bytes) if needed
-    fs.emit(alu(Alu.LSH, T0, 16), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_COMMITTED))
-    have = fs.fresh("growhave")
-    fs.emit(jmp(Jmp.JLE, T0, T1, have))
-    fs.stack.spill_regs(slot + 1, only=live)
-    # the region spills and reloads its caller-saved stack registers around the kfunc call
-    fs.emit(stx(8, R10, BPF_TEMP2, T0))  # new committed size
-    fs.emit(ld_map_fd(R1, abi.WINDOW_MAP), ldx(8, R2, R10, BPF_RUNTIME), ldx(8, R2, R2, abi.CTRL_USER_BASE),
-            alu(Alu.ADD, R2, T1), mov(R3, T0), alu(Alu.SUB, R3, T1), alu(Alu.RSH, R3, 12),
-            mov(R4, -1, w32=True), mov(R5, 0), call_kfunc("bpf_arena_alloc_pages"))
-    fs.stack.reload_regs(slot + 1, only=live)
-    ok = fs.fresh("growok")
-    fs.emit(jmp(Jmp.JNE, T0, 0, ok), ja(fail))
-    fs.code.label(ok)
-    fs.emit(ldx(8, T0, R10, BPF_TEMP2), ldx(8, T1, R10, BPF_RUNTIME), stx(8, T1, abi.CTRL_COMMITTED, T0))
+    fail, done, have = fs.fresh("growfail"), fs.fresh("growdone"), fs.fresh("growhave")
+    request = fs.fresh("growreq")
+    _grow_check(fs, slot, fail, have, request)
+    # ask the host for the pages, then check again from the top (a region: everything through the frame)
+    fs.code.label(request)
+    height = slot + 1
+    fs.stack.spill_regs(height)
+    retry = fs.new_region()
+    fs.emit(ldx(8, T1, R10, BPF_FIBER), stx(8, T1, abi.FIBER_GROW, T0))
+    fs.leave_for(retry, abi.SPECIAL_GROW)
+    fs.code.label(retry.label)
+    fs.stack.reload_regs(height)
+    _grow_check(fs, slot, fail, have, fail)
     fs.code.label(have)
     # commit the new size; the result is the old size
     fs.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T0, T1, abi.CTRL_MEM_PAGES), stx(8, R10, BPF_TEMP2, T0))
@@ -183,6 +170,17 @@ def grow(fs: FunctionState) -> None:
     fs.emit(mov(dst, 0xFFFF_FFFF, w32=True))
     fs.code.label(done)
     fs.stack.finish(slot, dst, I32)
+
+
+def _grow_check(fs: FunctionState, slot: int, fail: str, have: str, missing: str) -> None:
+    """New page count (old + delta, 64-bit: no wrap-around) at BPF_TEMP, failing past the maximum; then to
+    ``have`` if its bytes are committed, else to ``missing`` with the bytes in T0."""
+    fs.stack.read_into(T0, slot, fs.stack[slot])
+    fs.emit(ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_PAGES), alu(Alu.ADD, T0, T1),
+            stx(8, R10, BPF_TEMP, T0), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_MAX_PAGES),
+            jmp(Jmp.JGT, T0, T1, fail))
+    fs.emit(alu(Alu.LSH, T0, 16), ldx(8, T1, R10, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_COMMITTED),
+            jmp(Jmp.JLE, T0, T1, have), ja(missing))
 
 
 def bulk(fs: FunctionState, fill: bool) -> None:

@@ -2,29 +2,37 @@
 places, spills and reloads them.
 
 A slot's home is a register for the lowest slots and a frame slot above (``values``); a constant stays a
-``Const`` until it is needed in a register or a join needs it placed (``materialize``). Leaving a region
-stores the register-homed slots (and the locals kept in registers) to the frame, entering one loads them
-back (``spill_regs``/``reload_regs``).
+``Const``, and a ``local.get`` a ``Local``, until it is needed in a register or a join needs it placed
+(``materialize``): most values an instruction consumes are then read straight from a local's register.
+Leaving a region stores the register-homed slots (and the locals kept in registers) to the frame, entering
+one loads them back (``spill_regs``/``reload_regs``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from capsule.bpf.asm import Reg, ldx, mov, stx
+from capsule.bpf.insn import Insn
 from capsule.wasm import ValType
 
 from . import abi
 from .emit import T0, Emitter, load_const
-from .values import FRAME, Const, Entry, Slot
+from .values import FRAME, Const, Entry, Local, Slot
 
 
 class OperandStack:
-    def __init__(self, out: Emitter, nlocals: int, regs: tuple[Reg, ...], local_regs: dict[int, Reg]) -> None:
+    def __init__(self, out: Emitter, nlocals: int, regs: tuple[Reg, ...], local_regs: dict[int, Reg],
+                 next_set: Callable[[], int | None] = lambda: None) -> None:
         self.out = out
         self.nlocals = nlocals
         self.regs = regs  # the homes of the lowest slots
         self.local_regs = local_regs  # locals that live in registers inside a region
+        self.reg_local = {r: n for n, r in local_regs.items()}
+        self.next_set = next_set  # the local the next instruction sets, if it is a local.set/tee
         self.entries: list[Entry] = []
         self.max_height = 0  # the frame gets a spill slot for each
+        self._spill: tuple[int, Insn, Reg] | None = None  # the last store of a result to its memory home
 
     # -- the entries ----------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -69,16 +77,44 @@ class OperandStack:
         """Frame offset of a slot's spill location (after the locals)."""
         return abi.FRAME_LOCALS + abi.SLOT * (self.nlocals + slot)
 
+    def local_off(self, n: int) -> int:
+        return abi.FRAME_LOCALS + abi.SLOT * n
+
+    def register_of(self, slot: int, e: Entry) -> Reg | None:
+        """A register that already holds entry ``e``'s value, without any code (None if there is none)."""
+        if isinstance(e, Local):
+            return self.local_regs.get(e.n)
+        if isinstance(e, Slot):
+            return self.home(slot)
+        return None
+
     def read(self, slot: int, e: Entry, temp: Reg) -> Reg:
-        """A register holding the value of stack entry ``e`` at ``slot`` (its home register, or ``temp``)."""
+        """A register holding the value of stack entry ``e`` at ``slot`` (its home register, a local's register,
+        or ``temp``). Read only: a local's register must not be changed through it (``read_owned``)."""
         if isinstance(e, Const):
             load_const(self.out, temp, e)
             return temp
-        r = self.home(slot)
+        r = self.register_of(slot, e)
         if r is not None:
             return r
-        self.out.emit(ldx(8, temp, FRAME, self.spill_off(slot)))
+        if isinstance(e, Slot) and self._spill is not None and self._spill[0] == slot \
+                and self.out.code.just_emitted(self._spill[1]):
+            # the value was stored to this slot by the instruction just before: it is still in that register
+            held = self._spill[2]
+            if held != temp:
+                self.out.emit(mov(temp, held))
+            return temp
+        off = self.local_off(e.n) if isinstance(e, Local) else self.spill_off(slot)
+        self.out.emit(ldx(8, temp, FRAME, off))
         return temp
+
+    def read_owned(self, slot: int, e: Entry, temp: Reg) -> Reg:
+        """As ``read``, but a register the caller may change (a local's value is copied to ``temp`` first)."""
+        r = self.read(slot, e, temp)
+        if isinstance(e, Local) and r != temp:
+            self.out.emit(mov(temp, r))
+            return temp
+        return r
 
     def read_into(self, dst: Reg, slot: int, e: Entry) -> None:
         r = self.read(slot, e, dst)
@@ -90,26 +126,50 @@ class OperandStack:
         r = self.home(slot)
         return r if r is not None else T0
 
+    def result(self, slot: int, *later: Entry) -> Reg:
+        """The register to compute ``slot``'s new value in: when the next instruction stores it into a local
+        kept in a register, that register (``local.get x; i32.const 1; i32.add; local.set x`` is then one
+        add), provided no pending read of the local's old value is left below and no operand in ``later`` (those
+        the lowering reads after it has written the result) is that local; else ``dst``."""
+        n = self.next_set()
+        r = self.local_regs.get(n) if n is not None else None
+        if r is None or any(isinstance(e, Local) and e.n == n for e in (*self.entries[:slot], *later)):
+            return self.dst(slot)
+        return r
+
     def finish(self, slot: int, reg: Reg, t: ValType) -> None:
         """Record that ``reg`` holds the new value of ``slot`` (storing it if the slot lives in memory); the
-        slots above it are consumed."""
-        if self.home(slot) is None:
-            self.out.emit(stx(8, FRAME, self.spill_off(slot), reg))
+        slots above it are consumed. A result computed in a local's register (``result``) is that local's
+        value as the next instruction, its local.set, will find it."""
         self.truncate(slot)
+        n = self.reg_local.get(reg)
+        if n is not None:
+            self.push(Local(t, n))
+            return
+        if self.home(slot) is None:
+            store = stx(8, FRAME, self.spill_off(slot), reg)
+            self.out.emit(store)
+            self._spill = (slot, store, reg)
         self.push(Slot(t))
 
     def materialize(self, slot: int) -> None:
-        """Place a constant slot's value in its home."""
+        """Place a constant's or a local's value in the slot's home."""
         e = self.entries[slot]
-        if not isinstance(e, Const):
+        if isinstance(e, Slot):
             return
         r = self.home(slot)
         if r is not None:
-            load_const(self.out, r, e)
+            self.read_into(r, slot, e)
         else:
-            load_const(self.out, T0, e)
-            self.out.emit(stx(8, FRAME, self.spill_off(slot), T0))
+            self.out.emit(stx(8, FRAME, self.spill_off(slot), self.read(slot, e, T0)))
         self.entries[slot] = Slot(e.type)
+
+    def detach_local(self, n: int, below: int) -> None:
+        """Place every pending read of local ``n`` under height ``below``: the local is about to change."""
+        for i in range(min(below, len(self.entries))):
+            e = self.entries[i]
+            if isinstance(e, Local) and e.n == n:
+                self.materialize(i)
 
     def materialize_below(self, height: int) -> None:
         for i in range(height):
@@ -134,21 +194,23 @@ class OperandStack:
 
     # -- region boundaries ----------------------------------------------------------------------------------
     def spill_regs(self, height: int, only: frozenset[Reg] | None = None) -> None:
-        """Store register-homed slots below ``height`` to their spill locations (before leaving the region, or
-        with ``only`` before a call that clobbers those registers)."""
+        """Store register-homed slots below ``height`` and the locals kept in registers to their frame slots:
+        all of them before leaving the region, or with ``only`` those registers, before a call that clobbers
+        them. Pending reads of locals below ``height`` must have been placed (``materialize_below``) when the
+        registers are reloaded elsewhere."""
         for i in range(min(height, len(self.regs))):
             r = self.regs[i]
             if only is None or r in only:
                 self.out.emit(stx(8, FRAME, self.spill_off(i), r))
-        if only is None:  # leaving the region: locals kept in registers go back to the frame
-            for n, r in self.local_regs.items():
-                self.out.emit(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * n, r))
+        for n, r in self.local_regs.items():
+            if only is None or r in only:
+                self.out.emit(stx(8, FRAME, self.local_off(n), r))
 
     def reload_regs(self, height: int, only: frozenset[Reg] | None = None) -> None:
         for i in range(min(height, len(self.regs))):
             r = self.regs[i]
             if only is None or r in only:
                 self.out.emit(ldx(8, r, FRAME, self.spill_off(i)))
-        if only is None:  # entering a region: locals kept in registers come from the frame
-            for n, r in self.local_regs.items():
-                self.out.emit(ldx(8, r, FRAME, abi.FRAME_LOCALS + abi.SLOT * n))
+        for n, r in self.local_regs.items():
+            if only is None or r in only:
+                self.out.emit(ldx(8, r, FRAME, self.local_off(n)))

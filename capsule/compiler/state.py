@@ -12,20 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from capsule.bpf.asm import FP, Reg, alu, exit_, ja, ldx, mov
+from capsule.bpf.asm import FP, Reg, alu, exit_, ja, ldx, mov, stx
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu
-from capsule.wasm import BlockType, FuncType, Instr, Module, UnsupportedError, ValType
+from capsule.wasm import BlockType, FuncType, Instr, Module, Op, UnsupportedError, ValType
 
 from . import abi
-from .abi import BPF_FP_SCALAR
+from .abi import BPF_FIBER, BPF_FP_SCALAR
 from .code import Code, RegionKey
 from .emit import T0, T1
 from .options import Options
 from .stack import OperandStack
 from .values import FrameLayout, register_plan
+
+if TYPE_CHECKING:
+    from .packing import Plan
 
 
 class CompileError(UnsupportedError):
@@ -46,6 +49,23 @@ class ModuleInfo:
     library_used: set[str] = field(default_factory=set)  # soft-float functions the code calls
     # function -> (first, end, callee): body ranges that are an inlined callee's body (for backtraces)
     inlined: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    # fast mode's address mask (``abi.fast_mask``)
+    memory_mask: int = abi.FAST_MAX_BYTES - 1
+    # which physical function each function goes into (``packing``), decided before lowering
+    plan: Plan | None = None
+    # functions some caller in their physical function calls directly (their entry is built for it), and
+    # those of them that return straight to such callers (``calls.leave_return``)
+    direct_callees: frozenset[int] = frozenset()
+    direct_returners: frozenset[int] = frozenset()
+
+    def direct(self, caller: int, callee: int) -> bool:
+        """A call from ``caller`` to ``callee`` is a jump within one physical function (which needs may_goto
+        to bound the chain of such jumps)."""
+        return self.options.may_goto and self.plan is not None and self.plan.direct(caller, callee)
+
+    def nested(self, caller: int, callee: int) -> bool:
+        """A call from ``caller`` to ``callee`` is a BPF call of the callee's physical function."""
+        return self.plan is not None and self.plan.nested(caller, callee)
 
 
 @dataclass
@@ -54,6 +74,8 @@ class LoweredFunction:
     code: Code
     regions: list[RegionKey] = field(default_factory=list)
     frame: FrameLayout | None = None
+    # (callee, continuation) of every direct call: where the callee's returns may jump straight back to
+    direct_calls: list[tuple[int, RegionKey]] = field(default_factory=list)
 
 
 @dataclass
@@ -71,6 +93,7 @@ class Ctl:
     targeted: bool = False  # some branch goes to the end label
     region: RegionKey | None = None  # loops: where a suspended loop resumes
     in_else: bool = False
+    widen: tuple[tuple[int, Reg], ...] = ()  # loops: the register locals the body writes (``control.loop``)
 
     @property
     def branch_types(self) -> tuple[ValType, ...]:
@@ -99,11 +122,20 @@ class FunctionState:
         self.frame_fixups: list[tuple[Insn, Literal["imm", "off"], int]] = []
         self.trap_labels: dict[tuple[abi.Trap, int | None], str] = {}
         self.pending_stubs: list[tuple[str, Code]] = []  # out-of-line code placed after the body
+        self.direct_calls: list[tuple[int, RegionKey]] = []
         self.pos = 0  # index of the instruction being lowered (for errors, and for fusing with the next one)
         # the hottest locals live in callee-saved registers inside a region; the operand stack takes the rest
         local_regs, stack_regs = register_plan(func)
         self.local_regs: dict[int, Reg] = local_regs
-        self.stack = OperandStack(self, len(func.locals), stack_regs, local_regs)
+        self.stack = OperandStack(self, len(func.locals), stack_regs, local_regs, self._next_set)
+
+    def _next_set(self) -> int | None:
+        """The local the instruction after the one being lowered sets (local.set/tee), if any."""
+        body = self.func.body
+        nxt = body[self.pos + 1] if self.pos + 1 < len(body) else None
+        if nxt is not None and nxt.op in (Op.LOCAL_SET, Op.LOCAL_TEE) and isinstance(nxt.imm, int) and not self.dead:
+            return nxt.imm
+        return None
 
     def emit(self, *insns: Insn) -> None:
         self.code.emit(*insns)
@@ -153,6 +185,15 @@ class FunctionState:
         else:
             assert special is not None
             self.emit(mov(T1, special, w32=True), alu(Alu.OR, T0, T1), exit_())
+
+    def leave_for(self, resume: RegionKey, special: int) -> None:
+        """Leave with outcome ``special`` (a yield, a grow) for the host to serve; the fiber then continues at
+        ``resume`` (kept in the fiber record, which the dispatcher restores as the fiber's state)."""
+        self.emit(ldx(8, T0, FP, BPF_FP_SCALAR), alu(Alu.LSH, T0, 32))
+        ins = mov(T1, 0, w32=True)
+        self.code.region_ref(ins, resume)
+        self.emit(ins, alu(Alu.OR, T0, T1), ldx(8, T1, FP, BPF_FIBER), stx(8, T1, abi.FIBER_RESUME, T0))
+        self.leave_with_state(False, special=special)
 
     def next_region(self) -> None:
         """Continue at the state in T0, through the dispatcher.

@@ -43,7 +43,16 @@ class Slot:
     type: ValType
 
 
-Entry = Const | Slot
+@dataclass(frozen=True)
+class Local:
+    """The current value of local ``n``, not copied anywhere yet (a ``local.get`` costs nothing until its value
+    is consumed, usually straight from the local's register). Placed before the local changes or a join."""
+
+    type: ValType
+    n: int
+
+
+Entry = Const | Slot | Local
 
 
 class FrameLayout:
@@ -61,21 +70,25 @@ class FrameLayout:
         return abi.FRAME_LOCALS + abi.SLOT * (self.nlocals + slot)
 
 
-LOCAL_REGS: tuple[Reg, ...] = (R6, R7)  # callee-saved: they survive calls to leaf functions
-_LOOP_WEIGHT = 8
+# registers for locals, callee-saved first (they survive BPF calls of leaves, soft-float and helpers; the
+# caller-saved ones are saved around such calls)
+LOCAL_REGS: tuple[Reg, ...] = (R6, R7, R5, R4, R3)
+LOOP_WEIGHT = 8  # a use inside a loop counts this many times per loop level (up to MAX_LOOP_LEVELS)
+MAX_LOOP_LEVELS = 3
+MIN_USES = 3  # a local needs a few uses to pay for its load and store at region boundaries
+MIN_LOOP_USES = LOOP_WEIGHT  # and a caller-saved register only for one used inside a loop
 
 
 def register_plan(func: Function) -> tuple[dict[int, Reg], tuple[Reg, ...]]:
     """Which locals live in registers, and which registers the operand stack gets.
 
-    Candidates are locals never written inside a loop (parameters, loop invariants): a local updated around a
-    loop would carry ever more exact values into the verifier's next pass over the loop (counters doubling,
-    pointers stepping) and its states would stop converging, where a local reloaded from the frame each
-    iteration is a scalar the verifier knows nothing about. Among candidates, the most used win (uses inside
-    loops count more); a local needs a few uses to pay for its load and store at region boundaries."""
+    The most used locals win, a use inside a loop counting LOOP_WEIGHT times per level of loops around it.
+    Locals written inside loops are candidates too: what keeps the verifier's states around a loop converging
+    is that every loop is entered through the frame (each register local stored and loaded back, so that it
+    is a scalar the verifier knows nothing about at the loop head) and that its back-edge is a may_goto, where
+    the verifier prunes a later iteration whose values lie within an earlier one's (``control.loop``)."""
     uses: dict[int, int] = {}
-    written_in_loop: set[int] = set()
-    open_: list[int] = []  # opcodes of the open blocks, to know when the innermost loop ends
+    open_: list[int] = []  # opcodes of the open blocks, to know how many loops are around an instruction
     for ins in func.body:
         if ins.op in (Op.BLOCK, Op.LOOP, Op.IF):
             open_.append(ins.op)
@@ -84,12 +97,16 @@ def register_plan(func: Function) -> tuple[dict[int, Reg], tuple[Reg, ...]]:
         elif ins.op in (Op.LOCAL_GET, Op.LOCAL_SET, Op.LOCAL_TEE):
             n = ins.imm
             assert isinstance(n, int)
-            in_loop = Op.LOOP in open_
-            uses[n] = uses.get(n, 0) + (_LOOP_WEIGHT if in_loop else 1)
-            if in_loop and ins.op != Op.LOCAL_GET:
-                written_in_loop.add(n)
-    ranked = sorted((kv for kv in uses.items() if kv[0] not in written_in_loop), key=lambda kv: (-kv[1], kv[0]))
-    hot = [n for n, c in ranked if c >= 3][: len(LOCAL_REGS)]
-    local_regs = {n: LOCAL_REGS[k] for k, n in enumerate(hot)}
+            depth = min(MAX_LOOP_LEVELS, open_.count(Op.LOOP))
+            uses[n] = uses.get(n, 0) + LOOP_WEIGHT ** depth
+    ranked = sorted(uses.items(), key=lambda kv: (-kv[1], kv[0]))
+    local_regs: dict[int, Reg] = {}
+    for n, weight in ranked:
+        if len(local_regs) == len(LOCAL_REGS):
+            break
+        reg = LOCAL_REGS[len(local_regs)]
+        if weight < (MIN_USES if reg not in CALLER_SAVED else MIN_LOOP_USES):
+            break
+        local_regs[n] = reg
     taken = set(local_regs.values())
     return local_regs, tuple(r for r in STACK_REGS if r not in taken)

@@ -36,6 +36,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _mmap = _libc.mmap
 _mmap.restype = ctypes.c_void_p
 _mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_madvise = _libc.madvise
+_madvise.restype = ctypes.c_int
+_madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+MADV_POPULATE_WRITE = 23  # Linux 5.14: fault the pages in, writable, in one call
 _munmap = _libc.munmap
 _munmap.restype = ctypes.c_int
 _munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -142,6 +146,22 @@ class Arena(Map):
         if self._view is None:
             raise ValueError(f"arena {self.name!r} is not mapped (its address is not fixed yet)")
         return (self.user_vm_start + offset) & 0xFFFFFFFF
+
+    def populate(self, start: int, end: int) -> None:
+        """Back arena offsets [start, end) with pages, as touching them from user space would (a program's
+        access to a page nobody allocated reads 0 and loses stores), in one ``madvise`` call; page by page
+        where the kernel lacks MADV_POPULATE_WRITE."""
+        if not 0 <= start <= end <= self.size:
+            raise ValueError(f"[{start:#x}, {end:#x}) is outside arena {self.name!r}")
+        start -= start % PAGE
+        end += -end % PAGE
+        if start == end:
+            return
+        view = self.memory
+        if _madvise(self.user_vm_start + start, end - start, MADV_POPULATE_WRITE) == 0:
+            return
+        for a in range(start, end, PAGE):
+            view[a] = view[a]
 
     def read(self, offset: int, n: int) -> bytes:
         return bytes(self.memory[offset : offset + n])

@@ -28,6 +28,7 @@ from capsule.wasm import ExternKind, Op, ValType
 from .errors import CallError, GuestExit, GuestRejected, GuestTrap, Pending
 
 C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
+GROW_AHEAD = 1 << 20  # bytes the host backs beyond what a memory.grow needs (fewer GROW round trips)
 _NARROW = (ValType.I32, ValType.F32)  # held in the low 32 bits of a u64
 BACKTRACE_DEPTH = 64  # frames listed in a trap's backtrace (walking a 16 MiB stack frame by frame takes seconds)
 
@@ -110,9 +111,7 @@ class Instance:
 
     def commit(self, start: int, end: int) -> None:
         """Back [start, end) with arena pages (a BPF access to a missing page reads 0 and loses stores)."""
-        page = abi.PAGE
-        for a in range(start - start % page, end, page):
-            self.mem[a] = self.mem[a]  # the first touch from user space allocates the page
+        self.arena.populate(start, end)
 
     @property
     def memory_size(self) -> int:
@@ -137,7 +136,6 @@ class Instance:
         self.set_u64(ctrl + abi.CTRL_MEM_BYTES, total * abi.WASM_PAGE)
         self.set_u64(ctrl + abi.CTRL_MEM_MAX_PAGES, max(max_pages, total))
         self.set_u64(ctrl + abi.CTRL_COMMITTED, total * abi.WASM_PAGE)
-        self.set_u64(ctrl + abi.CTRL_USER_BASE, self.arena.user_vm_start)
         self.set_u64(ctrl + abi.CTRL_REALTIME_OFFSET, time.time_ns() - time.clock_gettime_ns(time.CLOCK_BOOTTIME))
         # globals
         gvals: list[int] = []
@@ -318,14 +316,34 @@ class Instance:
         self.set_u64(rec + abi.FIBER_GENERATION, (self.u64(rec + abi.FIBER_GENERATION) + 1) & MASK32 or 1)
         self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
 
-    def _run(self, fiber: int, gen: int, budget: int) -> list[int] | Pending:
+    def _invoke(self, fiber: int, gen: int, budget: int) -> tuple[int, int]:
+        """One run of the entry program on ``fiber``: (status, detail)."""
         ctx = struct.pack("<IIQQQQ", fiber, gen, budget, 0, 0, 0)
         t0 = time.perf_counter_ns()
-        res = self.prog.test_run(ctx_in=ctx)
+        res = self.prog.test_run(data_in=ctx)
         self.stats.wall_ns += time.perf_counter_ns() - t0
-        _, _, _, status, detail, transitions = struct.unpack("<IIQQQQ", res.ctx_out[: abi.CTX_SIZE])
+        _, _, _, status, detail, transitions = struct.unpack("<IIQQQQ", res.data_out[: abi.CTX_SIZE])
         self.stats.invocations += 1
         self.stats.transitions += transitions
+        return status, detail
+
+    def _grow(self, needed: int) -> None:
+        """Serve status GROW: back linear memory up to ``needed`` bytes and, so that the next grows need no
+        round trip, an eighth more (at least GROW_AHEAD), within the maximum. The guest's memory.grow then
+        retries; anything the host cannot back makes that grow fail, as past the maximum."""
+        ctrl = abi.CTRL
+        committed = self.u64(ctrl + abi.CTRL_COMMITTED)
+        limit = min(self.u64(ctrl + abi.CTRL_MEM_MAX_PAGES) * abi.WASM_PAGE, abi.RT_BASE)
+        if committed < needed <= limit:
+            ahead = min(limit, max(needed, committed + max(GROW_AHEAD, committed // 8)))
+            self.commit(committed, ahead)
+            self.set_u64(ctrl + abi.CTRL_COMMITTED, ahead)
+
+    def _run(self, fiber: int, gen: int, budget: int) -> list[int] | Pending:
+        status, detail = self._invoke(fiber, gen, budget)
+        while status == abi.Status.GROW:
+            self._grow(detail)
+            status, detail = self._invoke(fiber, gen, budget)
         if status == abi.Status.PENDING:
             return Pending((fiber << 32) | gen)
         if status == abi.Status.YIELD:

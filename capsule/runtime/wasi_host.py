@@ -14,16 +14,13 @@ faithful reference for the kernel run.
 from __future__ import annotations
 
 import os
-import random
 import struct
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
-
-from capsule.ints import signed
 
 # the control block (capsule_io.h)
 IO_MAGIC = 0x4F495343
@@ -307,115 +304,7 @@ def _read(path: Path) -> bytes:
         raise WasiError(f"cannot read {path}: {e.strerror}") from None
 
 
-# -- engines --------------------------------------------------------------------------------------------
-class GuestExit(Exception):
-    """Raised through the engine by capsule.exit to end the run (wasmtime)."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(f"guest exit {code}")
-        self.code = code
-
-
-class _Unwind(Exception):
-    """capsule.unwind under wasmtime: caught by the nearest invoke_* on the Python stack."""
-
-
-class WasmtimeGuest:
-    """The reference engine: the same module under wasmtime, the four capsule intrinsics from Python."""
-
-    CLOCKS: Sequence[Callable[[], int]] = (time.time_ns, time.monotonic_ns, time.process_time_ns,
-                                           time.thread_time_ns)
-
-    def __init__(self, wasm: bytes | Path) -> None:
-        import wasmtime
-
-        self._wt = wasmtime
-        data = wasm.read_bytes() if isinstance(wasm, Path) else wasm
-        self.engine = wasmtime.Engine()
-        self.store = wasmtime.Store(self.engine)
-        self.module = wasmtime.Module(self.engine, data)
-        linker = wasmtime.Linker(self.engine)
-        self._service: Callable[[], None] = lambda: None
-        self._rng = random.Random(os.urandom(16))
-        i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
-        linker.define_func("capsule", "yield", wasmtime.FuncType([], []), lambda: self._service())
-        linker.define_func("capsule", "exit", wasmtime.FuncType([i32], []), self._exit)
-        linker.define_func("capsule", "clock_ns", wasmtime.FuncType([i32], [i64]), self._clock)
-        linker.define_func("capsule", "random", wasmtime.FuncType([], [i32]), self._random)
-        linker.define_func("capsule", "unwind", wasmtime.FuncType([], []), self._unwind)
-        for imp in self.module.imports:
-            if imp.module == "env" and imp.name.startswith("invoke_"):  # setjmp/longjmp, see guest/crt/sjlj.c
-                linker.define_func("env", imp.name, imp.type, self._invoker(len(imp.type.results)))
-            elif imp.module != "capsule":
-                raise WasiError(f"the module imports {imp.module}.{imp.name}: a program built by capsule "
-                                "imports only capsule.yield/exit/clock_ns/random/unwind and env.invoke_*")
-        self.instance = linker.instantiate(self.store, self.module)
-        exports = self.instance.exports(self.store)
-        self.memory = exports["memory"]
-        self._exports = exports
-
-    def close(self) -> None:
-        pass
-
-    def _exit(self, code: int) -> None:
-        raise GuestExit(code)
-
-    def _unwind(self) -> None:
-        raise _Unwind()
-
-    def _invoker(self, nresults: int) -> Callable[..., object]:
-        """env.invoke_*: call table[fn](args); a longjmp (capsule.unwind) inside returns here as if normally."""
-
-        def invoke(fn: int, *args: int) -> object:
-            callee = self._exports["__indirect_function_table"].get(self.store, fn)
-            try:
-                return callee(self.store, *args)
-            except _Unwind:
-                return None if nresults == 0 else (0 if nresults == 1 else [0] * nresults)
-
-        return invoke
-
-    def _clock(self, clock: int) -> int:
-        return self.CLOCKS[clock]() if 0 <= clock < len(self.CLOCKS) else 0
-
-    def _random(self) -> int:
-        return signed(self._rng.getrandbits(32), 32)
-
-    def read(self, addr: int, size: int) -> bytes:
-        return bytes(self.memory.read(self.store, addr, addr + size))
-
-    def write(self, addr: int, data: bytes) -> None:
-        self.memory.write(self.store, data, addr)
-
-    def has_export(self, name: str) -> bool:
-        try:
-            self._exports[name]
-        except KeyError:
-            return False
-        return True
-
-    def call(self, name: str, *args: int) -> int:
-        res = self._exports[name](self.store, *args)
-        return 0 if res is None else int(res)
-
-    def run_start(self, service: Callable[[], None]) -> int | None:
-        from capsule.runtime.errors import GuestTrap
-
-        self._service = service
-        try:
-            self._exports["_start"](self.store)
-        except GuestExit as e:
-            return e.code
-        except self._wt.Trap as e:
-            raise GuestTrap(e.message.splitlines()[0] if e.message else "trap", []) from None
-        except self._wt.WasmtimeError as e:
-            cause = e.__cause__ or e.__context__
-            if isinstance(cause, GuestExit):
-                return cause.code
-            raise
-        return None
-
-
+# -- the kernel engine (the reference engine and the choice between them: capsule.testing.engines) ----------
 class KernelGuest:
     """The module compiled to BPF and run in the kernel by ``capsule.runtime.Instance``.
 
@@ -462,44 +351,3 @@ class KernelGuest:
         except GuestExit as e:
             return e.code
         return None
-
-
-ENGINES = ("kernel", "wasmtime")
-
-
-def open_guest(wasm: Path, engine: str = "kernel", options=None) -> Guest:  # type: ignore[no-untyped-def]
-    """Load a wasm32-wasi module on ``engine`` ("kernel": compiled to BPF; "wasmtime": the reference). A module
-    built by capsule carries the WASI runtime already; any other (built by another toolchain, importing
-    wasi_snapshot_preview1 itself) is merged with capsule's standalone runtime first (``link_foreign``)."""
-    if engine not in ENGINES:
-        raise WasiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
-    from capsule.wasm import ExternKind, load
-
-    data = wasm.read_bytes()
-    module = load(data)
-    if not any(e.name == "capsule_io" and e.kind == ExternKind.FUNC for e in module.exports):
-        data = link_foreign(module)
-        module = load(data)  # the merged module, re-read from its encoding: both engines run exactly these bytes
-    if engine == "wasmtime":
-        return WasmtimeGuest(data)
-    from capsule.compiler import compile_module
-    from capsule.runtime.instance import Instance
-
-    return KernelGuest(Instance(compile_module(module, options)))
-
-
-def link_foreign(program) -> bytes:  # type: ignore[no-untyped-def]
-    """A wasm32-wasi module built without capsule's runtime (a ``capsule.wasm.Module``), merged with capsule's
-    standalone WASI runtime (``capsule.wasm.link``): the encoded module, which serves WASI inside itself like
-    a program capsule built. Raises WasmError (LinkError) for an import the runtime does not serve."""
-    from capsule.toolchain import ToolchainError
-    from capsule.toolchain_c import build_standalone_runtime
-    from capsule.wasm import load
-    from capsule.wasm.link import link_program, runtime_base
-    from capsule.wasm.link_encode import encode
-
-    try:
-        runtime = load(build_standalone_runtime(runtime_base(program)).read_bytes())
-    except ToolchainError as e:
-        raise WasiError(str(e)) from None
-    return encode(link_program(program, runtime))

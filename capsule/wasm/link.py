@@ -2,7 +2,7 @@
 
 A program built by another toolchain (wasi-sdk, Rust, a hand-written module) imports
 ``wasi_snapshot_preview1.*`` directly; capsule serves WASI inside the guest, so before compiling such a program
-it is merged with capsule's runtime built as a module of its own (``toolchain_c.build_standalone_runtime``).
+it is merged with capsule's runtime built as a module of its own (``capsule.toolchain.guest.build_standalone_runtime``).
 The merge is plain module surgery:
 
 - index spaces are concatenated, the program's first: types, functions, tables, globals, element and data

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from capsule.bench import integers
-from capsule.bench.integers import KERNELS, TINY, add_parser, render_table, run_one
+from capsule.bench.integers import KERNELS, TINY, render_table, run_one
+from capsule.cli.bench import add_parsers
 from tests.fds import bpf_fd_count
 
 pytestmark = pytest.mark.requires_bpf
@@ -43,7 +44,7 @@ def test_disagreement_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     p = argparse.ArgumentParser()
-    add_parser(p.add_subparsers(dest="command"))
+    add_parsers(p.add_subparsers(dest="command"))
     args = p.parse_args(
         ["bench", "integers", "--tiny", "--kernel", "crc32", "--kernel", "fib", "--reps", "1", "--json"]
     )

@@ -20,9 +20,10 @@ from capsule.bench.loop_programs import (
 )
 from capsule.bench.loop_runner import Loaded, LoopBench, Rejected, RunSample, verdict
 from capsule.bench.loop_scaling import plot_scaling, run_scaling
-from capsule.bench.loops import add_parser, run_loops
+from capsule.bench.loops import run_loops
 from capsule.bench.wasm_loop import PROFILES, WasmLoop, expected_sum, module_bytes
 from capsule.bpf.spec import ProgramSpec
+from capsule.cli.bench import add_parsers
 from capsule.kernel import Program, ProgType, VerifierError
 from capsule.kernel.collection import resolve_refs
 
@@ -207,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     except ImportError:
         pass
     p = argparse.ArgumentParser(prog="capsule")
-    add_parser(p.add_subparsers(dest="command", required=True))
+    add_parsers(p.add_subparsers(dest="command", required=True))
     return p
 
 

@@ -15,10 +15,12 @@ import pytest
 from rich.console import Console
 
 from capsule.bench import opt_corpus
-from capsule.bench.opt import add_parser, measure_object
-from capsule.bench.opt_corpus import AptSources, Suite, build_corpus, extract_embedded_bpf, extract_members
+from capsule.bench.opt import measure_object
+from capsule.bench.opt_corpus import Suite, build_corpus, extract_embedded_bpf, extract_members
 from capsule.bpf.elf import read_object
+from capsule.cli.bench import add_parsers
 from capsule.opt.passes import DEFAULT_PASSES
+from capsule.sources.apt import PrivateApt
 from tests.clang import CORPUS, compile_bpf
 from tests.fds import open_fds
 
@@ -35,7 +37,7 @@ int on_sleep(void *ctx) { return 0; }
 
 def _run_cli(argv: list[str]) -> tuple[int, str]:
     ap = argparse.ArgumentParser()
-    add_parser(ap.add_subparsers())
+    add_parsers(ap.add_subparsers())
     args = ap.parse_args(argv)
     buf = io.StringIO()
     rc = args.func(args, Console(file=buf, width=260, color_system=None))
@@ -120,10 +122,10 @@ def test_deb_src_lines_derived_from_system_sources(tmp_path: Path) -> None:
     src.write_text("Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
                    "Components: main\nSigned-By: /k.gpg\n\nTypes: deb\nURIs: http://mirror.example/debian-security\n"
                    "Suites: bookworm-security\nComponents: main\n")
-    text = AptSources(tmp_path / "apt", system_sources=src).sources_text()
+    text = PrivateApt(tmp_path / "apt", system_sources=src).sources_text()
     assert "Types: deb-src" in text and "security" not in text
     assert "Suites: bookworm bookworm-updates bookworm-backports" in text and "Signed-By: /k.gpg" in text
-    opts = AptSources(tmp_path / "apt", system_sources=src).options()
+    opts = PrivateApt(tmp_path / "apt", system_sources=src).options()
     assert f"Dir::State::Lists={tmp_path / 'apt' / 'lists'}" in opts  # private: nothing global changes
 
 
@@ -170,7 +172,7 @@ def test_build_corpus_with_fake_apt(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     sources.write_text("Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main\n")
     monkeypatch.setitem(opt_corpus.SUITES, "fake", Suite("fake", "source", ("fakepkg",), globs=("ebpf/*.c",),
                                                           members=("ebpf/",), includes=("ebpf",)))
-    apt = AptSources(tmp_path / "apt", system_sources=sources, run=fake_run)
+    apt = PrivateApt(tmp_path / "apt", system_sources=sources, run=fake_run)
     corpus = build_corpus(["fake"], root=tmp_path, cpus=("v3",), apt=apt, run=fake_run)
     assert corpus.summary() == {"fake": {"built": 1, "failed": 1}}
     (good,) = corpus.built()
@@ -207,7 +209,7 @@ def test_binary_suite_with_fake_apt(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         return subprocess.run(cmd, cwd=cwd, **kw)
 
     monkeypatch.setitem(opt_corpus.SUITES, "fakebin", Suite("fakebin", "binary", ("fakebin",)))
-    apt = AptSources(tmp_path / "apt", run=fake_run)
+    apt = PrivateApt(tmp_path / "apt", run=fake_run)
     corpus = build_corpus(["fakebin"], root=tmp_path / "c", apt=apt, run=fake_run)
     assert sorted(o.name for o in corpus.built()) == ["loose", "tool"]
     assert all(Path(o.path).read_bytes() == obj and o.cpu == "debian" for o in corpus.built())

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from capsule.bench import opt_corpus
-from capsule.bench.opt_corpus import AptSources, Suite, build_corpus, load_manifest
+from capsule.bench.opt_corpus import Suite, build_corpus, load_manifest
+from capsule.sources.apt import PrivateApt
 
 
 def test_building_one_suite_keeps_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -23,7 +24,7 @@ def test_building_one_suite_keeps_the_others(tmp_path: Path, monkeypatch: pytest
 
     for name in ("one", "two"):
         monkeypatch.setitem(opt_corpus.SUITES, name, Suite(name, "binary", (f"pkg-{name}",)))
-    apt = AptSources(tmp_path / "apt", run=failing)
+    apt = PrivateApt(tmp_path / "apt", run=failing)
     build_corpus(["one", "two"], root=tmp_path, apt=apt, run=no_apt)
     assert load_manifest(tmp_path).summary() == {"one": {"built": 0, "failed": 1}, "two": {"built": 0, "failed": 1}}
 

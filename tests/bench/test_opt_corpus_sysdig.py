@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from capsule.bench import opt_corpus
-from capsule.bench.opt import add_parser
-from capsule.bench.opt_corpus import EM_BPF, AptSources, build_corpus
+from capsule.bench.opt_corpus import EM_BPF, build_corpus
 from capsule.bench.opt_corpus_sysdig import (
     PROBE_FLAGS,
     PROBE_PACKAGE,
@@ -24,6 +23,8 @@ from capsule.bench.opt_corpus_sysdig import (
     llc_command,
 )
 from capsule.bpf.elf import read_object
+from capsule.cli.bench import add_parsers
+from capsule.sources.apt import PrivateApt
 
 FLAVOUR, COMMON = "linux-headers-9.9.0-1-amd64", "linux-headers-9.9.0-1-common"
 
@@ -124,7 +125,7 @@ def test_suite_registered_and_selectable() -> None:
     assert opt_corpus.SUITES["sysdig"].packages == (PROBE_PACKAGE,)
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd")
-    add_parser(sub)
+    add_parsers(sub)
     args = parser.parse_args(["bench", "opt", "--suite", "sysdig", "--no-check"])
     assert args.suite == ["sysdig"]
 
@@ -133,7 +134,7 @@ def test_probe_built_with_fake_apt_and_resumed(tmp_path: Path, debs: dict[str, P
     calls: list[list[str]] = []
     run = _fake_apt(debs, calls)
     root = tmp_path / "cache"
-    apt = AptSources(root / "apt", run=run)
+    apt = PrivateApt(root / "apt", run=run)
     corpus = build_corpus(["sysdig"], root=root, cpus=("v2", "v3"), apt=apt, run=run)
     assert corpus.summary() == {"sysdig": {"built": 2, "failed": 0}}, corpus.failed()
     for obj, cpu in zip(corpus.built(), ("v2", "v3"), strict=True):
@@ -171,12 +172,12 @@ def test_probe_failure_recorded_and_not_retried(tmp_path: Path) -> None:
     calls: list[list[str]] = []
     run = _fake_apt(debs, calls)
     root = tmp_path / "cache"
-    corpus = build_corpus(["sysdig"], root=root, cpus=("v2", "v3"), apt=AptSources(root / "apt", run=run), run=run)
+    corpus = build_corpus(["sysdig"], root=root, cpus=("v2", "v3"), apt=PrivateApt(root / "apt", run=run), run=run)
     assert corpus.summary() == {"sysdig": {"built": 0, "failed": 2}}
     assert all("error:" in o.reason and o.cpu in ("v2", "v3") for o in corpus.failed())
     assert not [c for c in calls if c[0] == "llc-19"]
     calls.clear()
-    again = build_corpus(["sysdig"], root=root, cpus=("v2", "v3"), apt=AptSources(root / "apt", run=run), run=run)
+    again = build_corpus(["sysdig"], root=root, cpus=("v2", "v3"), apt=PrivateApt(root / "apt", run=run), run=run)
     assert [o.reason for o in again.failed()] == [o.reason for o in corpus.failed()]
     assert not calls
 
@@ -191,6 +192,6 @@ def test_missing_headers_dependency_is_a_recorded_failure(tmp_path: Path, debs: 
         return run(cmd, cwd=cwd, **kw)
 
     root = tmp_path / "cache"
-    corpus = build_corpus(["sysdig"], root=root, apt=AptSources(root / "apt", run=no_common), run=no_common)
+    corpus = build_corpus(["sysdig"], root=root, apt=PrivateApt(root / "apt", run=no_common), run=no_common)
     (bad,) = corpus.failed()
     assert bad.suite == "sysdig" and "-common" in bad.reason

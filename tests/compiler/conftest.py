@@ -31,7 +31,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     rows.sort(key=lambda r: r["file"])
     tw = terminalreporter
-    tw.section("WebAssembly spec testsuite executed in the kernel (capsule.runtime.wast_exec)")
+    tw.section("WebAssembly spec testsuite executed in the kernel (capsule.testing.wast_exec)")
     tw.write_line(f"{'file':24}" + "".join(f"{short:>10}" for _, short in _COLUMNS) + f"{'seconds':>9}")
     totals = {key: 0 for key, _ in _COLUMNS}
     seconds = 0.0

@@ -2,7 +2,7 @@
 every assertion run as a BPF program, per .wast file.
 
 A file fails on any failed assertion not in XFAIL, and on any XFAIL entry that no longer fails. Skips are
-only the two categories ``capsule.runtime.wast_exec`` knows (float arithmetic, calls to host functions),
+only the two categories ``capsule.testing.wast_exec`` knows (float arithmetic, calls to host functions),
 each with its reason; the per-file counts are printed in a table at the end of the session (conftest).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from capsule.runtime.wast_exec import ExecReport, Result, matches, parse_arg, run_script
+from capsule.testing.wast_exec import ExecReport, Result, matches, parse_arg, run_script
 
 SUITE = Path("/work/shared/wasm-testsuite")
 CACHE = Path(__file__).parents[2] / ".cache" / "wast"

@@ -84,7 +84,7 @@ def test_global_data_roundtrip_against_model() -> None:
 
 def test_rodata_is_frozen_and_can_be_set_before_load() -> None:
     spec = read_object(compile_bpf(EXAMPLES / "packet_stats.bpf.c"))
-    from capsule.demo import _udp
+    from capsule.demo.packet import _udp
 
     with Collection.load(spec, rodata={".rodata": struct.pack("<H", 53)}) as coll:
         prog = coll.programs["packet_stats"]

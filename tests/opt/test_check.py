@@ -41,7 +41,7 @@ from capsule.bpf.elf import read_object
 from capsule.bpf.elf_write import write_object
 from capsule.bpf.opcodes import Alu, Atomic, Class, Jmp
 from capsule.bpf.spec import MapSpec, ObjectSpec
-from capsule.cli_opt import add_parsers
+from capsule.cli.opt import add_parsers
 from capsule.opt.analysis import Analysis
 from capsule.opt.check import Checker
 from capsule.opt.passes import Edits, Pass

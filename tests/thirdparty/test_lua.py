@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from capsule import thirdparty, thirdparty_lua
-from capsule.runtime.wasi_host import WasiConfig, WasiHost, open_guest
+from capsule.runtime.wasi_host import WasiConfig, WasiHost
+from capsule.sources import fetch, pypi
+from capsule.sources import lua as lua_recipe
+from capsule.testing.engines import open_guest
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "lua"
@@ -52,10 +54,10 @@ class Lua:
 @pytest.fixture(scope="module")
 def lua() -> Lua:
     try:
-        tree = thirdparty.lua()
-    except thirdparty.RegistryUnavailable as e:
+        tree = lua_recipe.fetch()
+    except fetch.RegistryUnavailable as e:
         pytest.skip(f"Lua is not cached and PyPI cannot be reached: {e}")
-    return Lua(tree, thirdparty_lua.build_lua_wasm(tree), thirdparty_lua.build_lua_native(tree, NATIVE_CACHE))
+    return Lua(tree, lua_recipe.build_wasm(tree), lua_recipe.build_native(tree, NATIVE_CACHE))
 
 
 def run_native(exe: Path, args: list[str]) -> Run:
@@ -92,28 +94,28 @@ def _same(native: Run, guest: Run) -> None:
 def test_fetched_tree_is_lua_5_4_8_and_cached(lua: Lua) -> None:
     header = (lua.tree / "lua.h").read_text()
     assert '#define LUA_VERSION_RELEASE\t"8"' in header and '#define LUA_VERSION_MINOR\t"4"' in header
-    assert (lua.tree / thirdparty.STAMP).read_text().strip() == thirdparty_lua.LUPA_SHA256
-    assert all(p.is_file() for p in thirdparty_lua.lua_sources(lua.tree))
-    assert {p.stem for p in thirdparty_lua.lua_sources(lua.tree)} >= {"lvm", "ldo", "lua"}
-    assert "luac" not in {p.stem for p in thirdparty_lua.lua_sources(lua.tree)}  # the interpreter only
+    assert (lua.tree / fetch.STAMP).read_text().strip() == lua_recipe.LUPA_SHA256
+    assert all(p.is_file() for p in lua_recipe.sources(lua.tree))
+    assert {p.stem for p in lua_recipe.sources(lua.tree)} >= {"lvm", "ldo", "lua"}
+    assert "luac" not in {p.stem for p in lua_recipe.sources(lua.tree)}  # the interpreter only
     t0 = time.perf_counter()
-    assert thirdparty.lua() == lua.tree  # the second call is a cache hit: no network
+    assert lua_recipe.fetch() == lua.tree  # the second call is a cache hit: no network
     assert time.perf_counter() - t0 < 0.5
 
 
 def _cached_sdist() -> Path:
-    sdist = thirdparty.cache_root() / "pypi" / thirdparty_lua.LUPA_SDIST
+    sdist = fetch.cache_root() / "pypi" / lua_recipe.LUPA_SDIST
     if not sdist.is_file():
         pytest.skip("the sdist is not in the cache (the tree came from elsewhere)")
     return sdist
 
 
 def test_unpack_takes_only_lua_and_stamps_last(lua: Lua, tmp_path: Path) -> None:
-    tree = thirdparty_lua._unpack_lua(_cached_sdist(), tmp_path / "lua-5.4.8")
+    tree = lua_recipe._unpack_lua(_cached_sdist(), tmp_path / "lua-5.4.8")
     names = {p.name for p in tree.iterdir()}
-    assert {"lua.h", "lvm.c", "lua.c", thirdparty_lua.SHIM, thirdparty.STAMP} <= names
-    assert all(n.endswith((".c", ".h")) or n == thirdparty.STAMP for n in names)
-    assert thirdparty_lua.lua_cached(tmp_path) == tree
+    assert {"lua.h", "lvm.c", "lua.c", lua_recipe.SHIM, fetch.STAMP} <= names
+    assert all(n.endswith((".c", ".h")) or n == fetch.STAMP for n in names)
+    assert lua_recipe.cached(tmp_path) == tree
     assert [p.name for p in tmp_path.iterdir()] == ["lua-5.4.8"]  # no temporary directory left behind
 
 
@@ -122,22 +124,22 @@ def test_wrong_sdist_is_refused(lua: Lua, tmp_path: Path, monkeypatch: pytest.Mo
     fake = tmp_path / "fake.tar.gz"
     with tarfile.open(fake, "w:gz") as tar:
         tar.add(SCRIPTS / "bench.lua", "lupa-2.8/third-party/lua54/lua.h")
-    monkeypatch.setattr(thirdparty_lua, "sdist_url", lambda project, name: (fake.as_uri(), ""))
-    with pytest.raises(thirdparty.FetchError, match="capsule pins"):
-        thirdparty.lua(tmp_path / "src")
-    assert thirdparty_lua.lua_cached(tmp_path / "src") is None
+    monkeypatch.setattr(pypi, "sdist_url", lambda project, name: (fake.as_uri(), ""))
+    with pytest.raises(fetch.FetchError, match="capsule pins"):
+        lua_recipe.fetch(tmp_path / "src")
+    assert lua_recipe.cached(tmp_path / "src") is None
     assert list((tmp_path / "src" / "pypi").iterdir()) == []  # the bad download was removed
     # An index that lists a different hash for the file is refused before anything is downloaded.
-    monkeypatch.setattr(thirdparty_lua, "sdist_url", lambda project, name: (fake.as_uri(), "0" * 64))
-    with pytest.raises(thirdparty.FetchError, match="the index lists"):
-        thirdparty.lua(tmp_path / "src")
+    monkeypatch.setattr(pypi, "sdist_url", lambda project, name: (fake.as_uri(), "0" * 64))
+    with pytest.raises(fetch.FetchError, match="the index lists"):
+        lua_recipe.fetch(tmp_path / "src")
 
 
 def test_unreachable_index_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CAPSULE_PYPI_INDEX", "http://127.0.0.1:9/simple")  # the discard port: refused
-    with pytest.raises(thirdparty.RegistryUnavailable, match="cannot reach the package index"):
-        thirdparty.lua(tmp_path / "src")
-    assert thirdparty_lua.lua_cached(tmp_path / "src") is None
+    with pytest.raises(fetch.RegistryUnavailable, match="cannot reach the package index"):
+        lua_recipe.fetch(tmp_path / "src")
+    assert lua_recipe.cached(tmp_path / "src") is None
 
 
 # -- the interpreter -----------------------------------------------------------------------------------------

@@ -28,9 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from capsule import thirdparty
-from capsule.runtime.wasi_host import WasiConfig, WasiHost, open_guest
-from capsule.toolchain_c import build_native, build_wasm, runtime_objects, wasm_flags
+from capsule.runtime.wasi_host import WasiConfig, WasiHost
+from capsule.sources import apt, fetch, zlib
+from capsule.testing.engines import open_guest
+from capsule.toolchain.guest import build_wasm, runtime_objects, wasm_flags
+from capsule.toolchain.native import build_native
 
 HERE = Path(__file__).resolve().parent
 NATIVE_CACHE = HERE.parent.parent / ".cache" / "tests" / "native"
@@ -56,7 +58,7 @@ class Programs:
 
 
 def _flags(tree: Path) -> list[str]:
-    return ["-O2", f"-I{tree}", *thirdparty.ZLIB_CFLAGS]
+    return ["-O2", f"-I{tree}", *zlib.CFLAGS]
 
 
 def _digest(paths: list[Path], *extra: str) -> str:
@@ -70,7 +72,7 @@ def _archive(target: str, tree: Path, pool: ThreadPoolExecutor) -> Path:
     """zlib compiled once for ``target`` ("wasm" or "native") into ``libz.a``, one file per thread, cached
     in a directory named by the content hash of the sources, flags and compiler: the three programs link it
     instead of compiling the library three times (most of a first run's build time)."""
-    lib = thirdparty.zlib_library(tree)
+    lib = zlib.library(tree)
     if target == "wasm":
         cc, ar = ["clang-19", *wasm_flags(False)], "llvm-ar-19"
     else:
@@ -111,8 +113,8 @@ def _native(name: str, main: Path, archive: Path, flags: list[str]) -> Path:
 @pytest.fixture(scope="module")
 def programs() -> Programs:
     try:
-        tree = thirdparty.zlib()
-    except thirdparty.RegistryUnavailable as e:
+        tree = zlib.fetch()
+    except fetch.RegistryUnavailable as e:
         pytest.skip(f"zlib is not cached and the Debian archive cannot be reached: {e}")
     mains = {"example": tree / "test" / "example.c", "minigzip": tree / "test" / "minigzip.c",
              "zround": HERE / "zround.c"}
@@ -179,10 +181,10 @@ def _report(what: str, native: Run, kernel: Run) -> None:
 def test_fetched_tree_is_zlib_1_2_13_and_cached(programs: Programs) -> None:
     tree = programs.tree
     assert '#define ZLIB_VERSION "1.2.13"' in (tree / "zlib.h").read_text()
-    assert (tree / thirdparty.STAMP).read_text().strip() == thirdparty.ZLIB.orig_sha256
-    assert all(p.is_file() for p in thirdparty.zlib_library(tree))
+    assert (tree / fetch.STAMP).read_text().strip() == zlib.ZLIB.orig_sha256
+    assert all(p.is_file() for p in zlib.library(tree))
     t0 = time.perf_counter()
-    assert thirdparty.zlib() == tree  # the second call is a cache hit: no apt, no network
+    assert zlib.fetch() == tree  # the second call is a cache hit: no apt, no network
     assert time.perf_counter() - t0 < 0.5
 
 
@@ -190,13 +192,13 @@ def test_dsc_checksums_are_parsed() -> None:
     dsc = ("Format: 3.0 (quilt)\nSource: zlib\nChecksums-Sha256:\n"
            " 71fe 1239825 zlib_1.2.13.dfsg.orig.tar.bz2\n f66c 15700 zlib_1.2.13.dfsg-1.debian.tar.xz\n"
            "Files:\n ef26 1239825 zlib_1.2.13.dfsg.orig.tar.bz2\n")
-    assert thirdparty.dsc_checksums(dsc) == {"zlib_1.2.13.dfsg.orig.tar.bz2": ("71fe", 1239825),
+    assert apt.dsc_checksums(dsc) == {"zlib_1.2.13.dfsg.orig.tar.bz2": ("71fe", 1239825),
                                              "zlib_1.2.13.dfsg-1.debian.tar.xz": ("f66c", 15700)}
 
 
 def _downloads(tmp_path: Path) -> dict[str, Path]:
     """Copies of the downloaded source package (the checks below may delete a bad file)."""
-    d = thirdparty.cache_root() / "debian" / "zlib_1.2.13.dfsg-1"
+    d = fetch.cache_root() / "debian" / "zlib_1.2.13.dfsg-1"
     if not d.is_dir():
         pytest.skip("the source package's downloads are not in the cache (the tree came from elsewhere)")
     out = {}
@@ -208,10 +210,10 @@ def _downloads(tmp_path: Path) -> dict[str, Path]:
 
 def test_pinned_checksum_is_enforced(programs: Programs, tmp_path: Path) -> None:
     files = _downloads(tmp_path)
-    assert thirdparty._verify(thirdparty.ZLIB, files).name == "zlib_1.2.13.dfsg.orig.tar.bz2"
-    wrong_pin = thirdparty.DebianSource("zlib", "1:1.2.13.dfsg-1", "bookworm", "0" * 64)
-    with pytest.raises(thirdparty.FetchError, match="capsule pins"):
-        thirdparty._verify(wrong_pin, files)
+    assert apt.verify(zlib.ZLIB, files).name == "zlib_1.2.13.dfsg.orig.tar.bz2"
+    wrong_pin = apt.DebianSource("zlib", "1:1.2.13.dfsg-1", "bookworm", "0" * 64)
+    with pytest.raises(fetch.FetchError, match="capsule pins"):
+        apt.verify(wrong_pin, files)
 
 
 def test_corrupt_download_is_refused_and_removed(programs: Programs, tmp_path: Path) -> None:
@@ -220,16 +222,16 @@ def test_corrupt_download_is_refused_and_removed(programs: Programs, tmp_path: P
     data = bytearray(orig.read_bytes())
     data[len(data) // 2] ^= 0x40
     orig.write_bytes(bytes(data))
-    with pytest.raises(thirdparty.FetchError, match="does not match the checksum"):
-        thirdparty._verify(thirdparty.ZLIB, files)
+    with pytest.raises(fetch.FetchError, match="does not match the checksum"):
+        apt.verify(zlib.ZLIB, files)
     assert not orig.exists()
 
 
 def test_unreachable_archive_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CAPSULE_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")  # the discard port: refused
-    with pytest.raises(thirdparty.RegistryUnavailable, match="cannot reach the Debian archive"):
-        thirdparty.zlib(tmp_path / "src")
-    assert thirdparty.cached(thirdparty.ZLIB, tmp_path / "src") is None
+    with pytest.raises(fetch.RegistryUnavailable, match="cannot reach the Debian archive"):
+        zlib.fetch(tmp_path / "src")
+    assert zlib.cached(tmp_path / "src") is None
 
 
 # -- programs ----------------------------------------------------------------------------------------------
@@ -267,7 +269,7 @@ def test_example_in_kernel_matches_native(programs: Programs, tmp_path: Path) ->
 
 def _sample(size: int) -> bytes:
     """Compressible bytes that are not a short repeat: capsule's own sources, cycled."""
-    root = Path(thirdparty.__file__).resolve().parent
+    root = Path(zlib.__file__).resolve().parents[1]
     text = b"".join(p.read_bytes() for p in sorted(root.rglob("*.py")))
     return (text * (size // len(text) + 1))[:size]
 

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from capsule.runtime.wasi_host import WasiConfig, WasiHost, open_guest
-from capsule.toolchain_c import build_native, build_wasm
+from capsule.runtime.wasi_host import WasiConfig, WasiHost
+from capsule.testing.engines import open_guest
+from capsule.toolchain.guest import build_wasm
+from capsule.toolchain.native import build_native
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 NATIVE_CACHE = Path(__file__).resolve().parent.parent.parent / ".cache" / "tests" / "native"

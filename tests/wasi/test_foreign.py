@@ -20,8 +20,11 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from capsule.runtime.wasi_host import WasiConfig, WasiHost, link_foreign, open_guest
-from capsule.toolchain_c import build_native, build_standalone_runtime
+from capsule.runtime.wasi_host import WasiConfig, WasiHost
+from capsule.testing.engines import open_guest
+from capsule.toolchain.foreign import link_foreign
+from capsule.toolchain.guest import build_standalone_runtime
+from capsule.toolchain.native import build_native
 from capsule.wasm import ExternKind, Op, load, read_module
 from capsule.wasm.link import WASM_PAGE, LinkError, link, link_program, runtime_base
 from capsule.wasm.link_encode import encode
@@ -353,7 +356,7 @@ def test_c_program_matches_native_under_wasmtime(tmp_path):
 
 
 def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "capsule.cli_run", "run", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "capsule.cli", "run", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

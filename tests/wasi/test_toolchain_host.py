@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from capsule.runtime import wasi_host
-from capsule.toolchain import ToolchainError
-from capsule.toolchain_c import GUEST_DIR, build_native, build_wasm
+from capsule.toolchain.clang import ToolchainError
+from capsule.toolchain.guest import GUEST_DIR, build_wasm
+from capsule.toolchain.native import build_native
 from capsule.wasm import ExternKind, load
 from tests.wasi.harness import program
 
@@ -79,7 +80,7 @@ def test_build_cache_hits_and_follows_headers(tmp_path):
 
 
 def _cli(argv: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "capsule.cli_run", *argv], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "capsule.cli", *argv], capture_output=True, text=True, cwd=ROOT,
                           timeout=120, check=False, **kw)
 
 
@@ -159,7 +160,7 @@ class _NoRuntime:
 def test_c_demo_under_wasmtime():
     from rich.console import Console
 
-    from capsule.demo_c import run_c_demo
+    from capsule.demo.c_program import run_c_demo
 
     console = Console(record=True, width=160)
     assert run_c_demo(console, engine="wasmtime") == 0

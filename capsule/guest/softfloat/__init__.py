@@ -37,7 +37,8 @@ from capsule.bpf.btf import BTF
 from capsule.bpf.btf_types import Func, FuncProto, Linkage
 from capsule.bpf.insn import Insn, decode, slot_offsets
 from capsule.bpf.opcodes import CALL, CALLX, CLASS_MASK, EXIT, GOTOL, Class
-from capsule.toolchain import ToolchainError, bpf_cflags, clang
+from capsule.toolchain.cache import cache_dir
+from capsule.toolchain.clang import ToolchainError, bpf_cflags, clang
 
 SOURCE = Path(__file__).with_name("softfloat.c")
 MCPU = "v4"
@@ -105,20 +106,13 @@ class SoftFloatLibrary:
         return self.functions[WASM_OPS[mnemonic]]
 
 
-def cache_dir() -> Path:
-    """Where built objects go: $CAPSULE_CACHE/softfloat, else ~/.cache/capsule/softfloat."""
-    base = os.environ.get("CAPSULE_CACHE")
-    root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "capsule"
-    return root / "softfloat"
-
-
 def cflags() -> list[str]:
     return bpf_cflags(MCPU) + ["-Wextra", "-Werror"]
 
 
 def build(out_dir: Path | None = None) -> Path:
     """Compile softfloat.c (once per content, flags and clang version) and return the object's path."""
-    out_dir = out_dir or cache_dir()
+    out_dir = out_dir or cache_dir("softfloat")
     cc = clang()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     sources = b"".join(p.read_bytes() for p in [SOURCE, *sorted(SOURCE.parent.glob("*.h"))])

@@ -17,10 +17,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from capsule.runtime.wasi_host import WasiConfig, WasiHost, open_guest
-from capsule.toolchain_c import build_native, build_wasm
+from capsule.runtime.wasi_host import WasiConfig, WasiHost
+from capsule.testing.engines import open_guest
+from capsule.toolchain.guest import build_wasm
+from capsule.toolchain.native import build_native
 
-EXAMPLE = Path(__file__).resolve().parent / "examples" / "wordcount_primes.c"
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "wordcount_primes.c"
 
 
 @dataclass

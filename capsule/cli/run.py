@@ -12,16 +12,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from capsule.runtime.wasi_host import ENGINES, WasiConfig, WasiError, WasiHost, parse_mapping
+from capsule.cli.common import about, add_build_options, add_c_flags, compile_options
+from capsule.runtime.wasi_host import WasiConfig, WasiError, WasiHost, parse_mapping
+from capsule.testing.engines import ENGINES
 
-TRAP_STATUS = 134
+if TYPE_CHECKING:
+    from capsule.compiler import Options
+    from capsule.runtime.wasi_host import Guest
+
+TRAP_STATUS = 134  # what a native program that calls abort() exits with
 DEFAULT_ENGINE = "kernel"
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from capsule.cli_compile import _build_options, add_c_flags
-
     s = sub.add_parser(
         "run", help="build and run a C/C++ program, wasm32-wasi module or capsule BPF object",
         description="Run PROGRAM (.c/.cc/.cpp built with clang-19 and capsule's WASI runtime, cached by content "
@@ -39,20 +44,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                    help="kernel (default) or wasmtime, the reference the kernel is tested against")
     add_c_flags(s)
-    _build_options(s)
+    add_build_options(s)
     s.set_defaults(func=cmd_run)
-
-
-def build_c_object(sources: list[Path], flags: list[str], output: Path, options=None) -> Path:  # type: ignore[no-untyped-def]
-    """``capsule build`` for C/C++: sources -> wasm (with the guest runtime) -> a BPF object at ``output``."""
-    from capsule.bpf.elf_write import write_object
-    from capsule.compiler import compile_module
-    from capsule.toolchain_c import build_wasm
-    from capsule.wasm import load
-
-    wasm = build_wasm(sources, flags).wasm
-    write_object(compile_module(load(wasm.read_bytes()), options), output)
-    return output
 
 
 def _config(args: argparse.Namespace, argv0: str) -> WasiConfig:
@@ -74,10 +67,8 @@ def _config(args: argparse.Namespace, argv0: str) -> WasiConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from capsule.cli_compile import _options
     from capsule.runtime.errors import GuestTrap
-    from capsule.toolchain import ToolchainError
-    from capsule.toolchain_c import build_wasm, is_source
+    from capsule.toolchain.guest import build_wasm, is_source
 
     path = Path(args.program)
     if not path.is_file():
@@ -86,11 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
     if is_source(path):
-        try:
-            res = build_wasm([path], [f for f in args.cflags if f])
-        except ToolchainError as e:
-            print(f"capsule run: {e}", file=sys.stderr)
-            return 1
+        res = build_wasm([path], [f for f in args.cflags if f])
         if res.diagnostics:
             sys.stderr.write(res.diagnostics)
         wasm: Path | None = res.wasm
@@ -100,33 +87,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         wasm = None
     else:
         raise SystemExit(f"capsule run: {path}: not a .c/.cc/.cpp source, .wasm module or .bpf.o object")
-    try:
-        guest = _open(path, wasm, args.engine, _options(args))
+    with about(path.name):
         try:
-            return WasiHost(guest, config).run()
-        finally:
-            guest.close()
-    except GuestTrap as e:
-        sys.stdout.flush()
-        print(f"capsule: {path.name}: {e}", file=sys.stderr)
-        return TRAP_STATUS
-    except (WasiError, *_load_errors()) as e:
-        print(f"capsule run: {path.name}: {e}", file=sys.stderr)
-        return 1
+            guest = _open(path, wasm, args.engine, compile_options(args))
+            try:
+                return WasiHost(guest, config).run()
+            finally:
+                guest.close()
+        except GuestTrap as e:  # the program's end, as abort() ends a native one
+            sys.stdout.flush()
+            print(f"capsule: {path.name}: {e}", file=sys.stderr)
+            return TRAP_STATUS
 
 
-def _load_errors() -> tuple[type[Exception], ...]:
-    """What building or loading for the kernel can fail with (reported as one line, exit status 1)."""
-    from capsule.compiler import CompileError
-    from capsule.kernel.collection import LoadError
-    from capsule.runtime.errors import CallError, GuestRejected
-    from capsule.wasm import WasmError
-
-    return (CompileError, LoadError, CallError, GuestRejected, WasmError)
-
-
-def _open(path: Path, wasm: Path | None, engine: str, options):  # type: ignore[no-untyped-def]
-    from capsule.runtime.wasi_host import KernelGuest, open_guest
+def _open(path: Path, wasm: Path | None, engine: str, options: Options) -> Guest:
+    from capsule.runtime.wasi_host import KernelGuest
+    from capsule.testing.engines import open_guest
 
     if wasm is None:
         if engine != "kernel":
@@ -139,15 +115,3 @@ def _open(path: Path, wasm: Path | None, engine: str, options):  # type: ignore[
             raise WasiError(f"{path.name} was not built from a program with capsule's WASI runtime")
         return guest
     return open_guest(wasm, engine, options)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m capsule.cli_run run ...``: the command on its own (capsule.cli wires it as ``capsule run``)."""
-    parser = argparse.ArgumentParser(prog="capsule")
-    add_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

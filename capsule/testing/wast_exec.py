@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from capsule.compiler import CompileError, Options, compile_module
+from capsule.runtime.errors import CallError, GuestRejected, GuestTrap, Pending
+from capsule.runtime.instance import Instance
 from capsule.wasm import (
     ExternKind,
     FuncType,
@@ -41,9 +43,6 @@ from capsule.wasm import (
 )
 from capsule.wasm.errors import InvalidError, MalformedError
 from capsule.wasm.wast import convert
-
-from .errors import CallError, GuestRejected, GuestTrap, Pending
-from .instance import Instance
 
 #: How long one invocation may run before it counts as hung (a miscompiled loop must not hang the suite).
 CALL_TIMEOUT_S = 20.0

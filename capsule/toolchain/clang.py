@@ -1,4 +1,4 @@
-"""The external compilers capsule drives: clang-19 for C to BPF (and, later, C to wasm32)."""
+"""Finding the external compilers (clang-19, clang++-19, gcc), and clang-19 for C to BPF."""
 
 from __future__ import annotations
 
@@ -12,11 +12,16 @@ class ToolchainError(Exception):
     """A compiler is missing or refused the input; the message carries its diagnostics."""
 
 
-def clang() -> str:
-    path = shutil.which("clang-19")
+def tool(name: str) -> str:
+    """The path of the program ``name``; ToolchainError, saying how to install it, when it is missing."""
+    path = shutil.which(name)
     if path is None:
-        raise ToolchainError("clang-19 is not installed (run `make demo` or scripts/setup.sh to install it)")
+        raise ToolchainError(f"{name} is not installed (run `make demo` or scripts/setup.sh to install the toolchain)")
     return path
+
+
+def clang() -> str:
+    return tool("clang-19")
 
 
 def bpf_cflags(mcpu: str = "v4") -> list[str]:

@@ -6,7 +6,7 @@ exceptions for C++) and linked with capsule's WASI runtime (``capsule/guest``): 
 ``capsule.*`` intrinsics the compiler lowers inline. User flags pass through to clang (``-I -D -O -l -L -W
 -std=...``).
 
-Builds are cached under ``~/.cache/capsule/build`` (``$CAPSULE_CACHE`` or ``$XDG_CACHE_HOME`` move it): the
+Builds are cached in ``cache_dir("build")`` (``~/.cache/capsule/build``; see ``capsule.toolchain.cache``): the
 key hashes the sources, flags, runtime sources and clang's version; a hit is only used when every file the
 last build read (headers included, from clang's dependency output) still has the same content.
 """
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from capsule.toolchain import ToolchainError
+from capsule.toolchain.cache import cache_dir
+from capsule.toolchain.clang import ToolchainError, tool
 
-GUEST_DIR = Path(__file__).resolve().parent / "guest"
+GUEST_DIR = Path(__file__).resolve().parent.parent / "guest"
 RUNTIME_SOURCES = (
     GUEST_DIR / "wasi" / "wasi_io.c",
     GUEST_DIR / "wasi" / "memfs.c",
@@ -36,8 +37,9 @@ RUNTIME_SOURCES = (
     GUEST_DIR / "crt" / "sjlj.c",
 )
 TARGET = "wasm32-wasi"
-CXX_SUFFIXES = {".cc", ".cpp", ".cxx", ".c++", ".C"}
-C_SUFFIXES = {".c"}
+#: the one set of source suffixes capsule builds (C++ gets clang++-19 and libc++); every command asks is_source
+C_SUFFIXES = (".c",)
+CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
 DEFAULT_STACK = 1 << 20  # the C shadow stack (wasm-ld's default of 64 KiB overflows ordinary programs)
 DEFAULT_MAX_MEMORY = 1 << 30  # memory.grow fails past this, so malloc returns NULL instead of exhausting the host
 BUILD_VERSION = 1  # bump when the build recipe changes, so old cache entries are not reused
@@ -51,27 +53,16 @@ class BuildResult:
 
 
 def is_source(path: str | Path) -> bool:
-    p = Path(path)
-    return p.suffix in C_SUFFIXES or p.suffix in CXX_SUFFIXES
+    return Path(path).suffix in C_SUFFIXES + CXX_SUFFIXES
 
 
-def cache_dir() -> Path:
-    if os.environ.get("CAPSULE_CACHE"):
-        return Path(os.environ["CAPSULE_CACHE"]) / "build"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "capsule" / "build"
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise ToolchainError(f"{name} is not installed (run scripts/setup.sh to install the toolchain)")
-    return path
+def is_cxx(path: str | Path) -> bool:
+    return Path(path).suffix in CXX_SUFFIXES
 
 
 @cache
 def _clang_version() -> str:
-    res = subprocess.run([_tool("clang-19"), "--version"], capture_output=True, text=True, check=False)
+    res = subprocess.run([tool("clang-19"), "--version"], capture_output=True, text=True, check=False)
     return res.stdout.splitlines()[0] if res.stdout else "?"
 
 
@@ -102,7 +93,7 @@ def wasm_flags(cxx: bool) -> list[str]:
 def _compile(src: Path, obj: Path, flags: Sequence[str], cxx: bool) -> tuple[str, list[Path]]:
     """Compile one source; return clang's diagnostics and the files it read."""
     dep = obj.with_suffix(".d")
-    compiler = _tool("clang++-19" if cxx else "clang-19")
+    compiler = tool("clang++-19" if cxx else "clang-19")
     cmd = [compiler, *wasm_flags(cxx), *flags, "-MD", "-MF", str(dep), "-c", str(src), "-o", str(obj)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode:
@@ -141,10 +132,10 @@ def build_wasm(sources: Sequence[str | Path], flags: Sequence[str] = (), *, outp
         if not s.is_file():
             raise ToolchainError(f"{s}: no such file")
         if not is_source(s):
-            raise ToolchainError(f"{s}: not a C or C++ source (.c, .cc, .cpp, .cxx)")
-    cxx = any(s.suffix in CXX_SUFFIXES for s in srcs)
+            raise ToolchainError(f"{s}: not a C or C++ source ({', '.join(C_SUFFIXES + CXX_SUFFIXES)})")
+    cxx = any(is_cxx(s) for s in srcs)
     flags = list(flags)
-    root = cache or cache_dir()
+    root = cache or cache_dir("build")
     h = hashlib.sha256()
     h.update(json.dumps([BUILD_VERSION, _clang_version(), runtime_digest(), flags, cxx]).encode())
     for s in srcs:
@@ -162,12 +153,12 @@ def build_wasm(sources: Sequence[str | Path], flags: Sequence[str] = (), *, outp
         objs = []
         for i, s in enumerate(srcs):
             obj = Path(tmp) / f"{i}-{s.stem}.o"
-            diag, read = _compile(s, obj, flags, s.suffix in CXX_SUFFIXES)
+            diag, read = _compile(s, obj, flags, is_cxx(s))
             diagnostics.append(diag)
             deps.update(read)
             objs.append(obj)
         objs += runtime_objects(root)
-        linker = _tool("clang++-19" if cxx else "clang-19")
+        linker = tool("clang++-19" if cxx else "clang-19")
         part = Path(tmp) / "out.wasm"
         cmd = [linker, *wasm_flags(cxx), *_link_flags(flags), *map(str, objs), "-o", str(part)]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -196,32 +187,19 @@ def _copy_out(wasm: Path, output: str | Path | None) -> None:
 
 def runtime_objects(root: Path | None = None) -> list[Path]:
     """The guest runtime compiled to wasm objects (cached by the runtime's content hash)."""
-    d = (root or cache_dir()) / f"runtime-{runtime_digest()[:16]}"
+    d = (root or cache_dir("build")) / f"runtime-{runtime_digest()[:16]}"
     objs = [d / f"{src.stem}.o" for src in RUNTIME_SOURCES]
     if all(o.is_file() for o in objs):
         return objs
     d.mkdir(parents=True, exist_ok=True)
     for src, obj in zip(RUNTIME_SOURCES, objs, strict=True):
         part = obj.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
-        cmd = [_tool("clang-19"), *wasm_flags(False), "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
+        cmd = [tool("clang-19"), *wasm_flags(False), "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode:
             raise ToolchainError(f"capsule's guest runtime does not compile ({src.name}):\n{res.stderr.rstrip()}")
         os.replace(part, obj)
     return objs
-
-
-def build_native(sources: Sequence[str | Path], output: str | Path, flags: Sequence[str] = ()) -> Path:
-    """Build the same sources natively with gcc/g++ (the reference capsule's output is compared with)."""
-    srcs = [Path(s) for s in sources]
-    cxx = any(s.suffix in CXX_SUFFIXES for s in srcs)
-    compiler = _tool("g++" if cxx else "gcc")
-    extra = ["-fno-exceptions"] if cxx else []
-    cmd = [compiler, *extra, f"-I{GUEST_DIR / 'crt'}", *flags, *map(str, srcs), "-o", str(output), "-lm"]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if res.returncode:
-        raise ToolchainError(f"{compiler} could not build {', '.join(s.name for s in srcs)}:\n{res.stderr.rstrip()}")
-    return Path(output)
 
 
 # -- the runtime as a module of its own, for wasm32-wasi programs built elsewhere ------------------------------
@@ -265,7 +243,7 @@ def build_standalone_runtime(base: int, root: Path | None = None) -> Path:
     """
     if base <= 0 or base % 65536:
         raise ToolchainError(f"the runtime's base {base:#x} must be a positive multiple of the wasm page size")
-    d = (root or cache_dir()) / f"runtime-standalone-{_standalone_digest()[:16]}"
+    d = (root or cache_dir("build")) / f"runtime-standalone-{_standalone_digest()[:16]}"
     out = d / f"rt-{base:x}.wasm"
     if out.is_file():
         return out
@@ -277,7 +255,7 @@ def build_standalone_runtime(base: int, root: Path | None = None) -> Path:
             part = obj.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
             # -fno-builtin: standalone.c defines memcpy & co., which must not be compiled into calls to themselves
             extra = ["-fno-builtin"] if src.parent == STANDALONE_DIR else []
-            cmd = [_tool("clang-19"), f"--target={TARGET}", f"-I{GUEST_DIR / 'crt'}", "-O2", "-mbulk-memory",
+            cmd = [tool("clang-19"), f"--target={TARGET}", f"-I{GUEST_DIR / 'crt'}", "-O2", "-mbulk-memory",
                    "-Wall", "-Wextra", *extra, "-c", str(src), "-o", str(part)]
             res = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if res.returncode:
@@ -287,7 +265,7 @@ def build_standalone_runtime(base: int, root: Path | None = None) -> Path:
         objs.append(obj)
     part = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
     exports = [f"-Wl,--export-if-defined=__imported_wasi_snapshot_preview1_{n}" for n in WASI_PREVIEW1]
-    cmd = [_tool("clang-19"), f"--target={TARGET}", "-nostdlib", "-Wl,--no-entry", "-Wl,--import-memory",
+    cmd = [tool("clang-19"), f"--target={TARGET}", "-nostdlib", "-Wl,--no-entry", "-Wl,--import-memory",
            f"-Wl,--global-base={base}", f"-Wl,-z,stack-size={STANDALONE_STACK}", *exports, *map(str, objs),
            "-o", str(part)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from capsule.cli.common import read_spec
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +35,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
-    from capsule.bpf.elf import ObjectError, read_object
     from capsule.bpf.elf_write import write_object
     from capsule.opt.check import Checker
     from capsule.opt.pipeline import (
@@ -44,10 +44,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
         refuse_code_outside_programs,
     )
 
-    try:
-        spec = read_object(Path(args.object))
-    except ObjectError as e:
-        raise SystemExit(f"capsule: {e}") from None
+    spec = read_spec(args.object)
     try:
         passes = make_passes([p.strip() for p in args.passes.split(",") if p.strip()])
     except ValueError as e:

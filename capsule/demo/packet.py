@@ -65,7 +65,7 @@ def run_demo(console: Console) -> int:
     from capsule.bpf.elf import read_object
     from capsule.kernel.collection import Collection
     from capsule.kernel.consts import LogLevel
-    from capsule.toolchain import compile_bpf
+    from capsule.toolchain.clang import compile_bpf
 
     src = resources.files("capsule.examples").joinpath("packet_stats.bpf.c")
     with tempfile.TemporaryDirectory(prefix="capsule-demo-") as tmp, resources.as_file(src) as src_path:

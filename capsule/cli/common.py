@@ -1,0 +1,99 @@
+"""What several commands share: reading an object, the C/C++ flags and code-generation options, integer
+arguments, the console, and the context an error is reported in (``about``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from capsule.bpf.spec import ObjectSpec
+    from capsule.compiler import Options
+
+
+class Failure(Exception):
+    """``error``, met while a command worked on ``subject`` (a file, a program): ``capsule.cli.main`` reports it
+    as ``capsule: SUBJECT: ERROR`` with the exit status its table gives ``error``."""
+
+    def __init__(self, subject: str, error: Exception) -> None:
+        super().__init__(f"{subject}: {error}")
+        self.subject = subject
+        self.error = error
+
+
+@contextmanager
+def about(subject: str) -> Iterator[None]:
+    """Errors leaving the block are reported about ``subject`` (see ``Failure``)."""
+    try:
+        yield
+    except Exception as e:
+        raise Failure(subject, e) from e
+
+
+def read_spec(path: str | Path) -> ObjectSpec:
+    """The BPF object at ``path``; a clear error (exit status 1) when it cannot be read or parsed."""
+    from capsule.bpf.elf import ObjectError, read_object
+
+    try:
+        return read_object(Path(path))
+    except ObjectError as e:  # the message names the file
+        raise SystemExit(f"capsule: {e}") from None
+
+
+def console() -> Console:
+    # rich wraps to 80 columns when not on a terminal; tables read better unwrapped in logs and pipes
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def int_arg(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r} (use decimal, 0x hex, or a minus sign)") from None
+
+
+def add_c_flags(s: argparse.ArgumentParser) -> None:
+    """-I/-D/-O/-l (and --cflag for anything else) collected in ``args.cflags`` for clang."""
+    c = s.add_argument_group("C/C++ build flags (passed to clang)")
+    c.add_argument("-I", dest="cflags", action="append", type=lambda v: "-I" + v, default=[], metavar="DIR")
+    c.add_argument("-D", dest="cflags", action="append", type=lambda v: "-D" + v, metavar="NAME[=VALUE]")
+    c.add_argument("-O", dest="cflags", action="append", type=lambda v: "-O" + v, metavar="LEVEL")
+    c.add_argument("-l", dest="cflags", action="append", type=lambda v: "-l" + v, metavar="LIB")
+    c.add_argument("--cflag", dest="cflags", action="append", metavar="FLAG", help="any other clang flag")
+
+
+def add_build_options(s: argparse.ArgumentParser) -> None:
+    """The compiler's options (``capsule.compiler.Options``), read back by ``compile_options``."""
+    g = s.add_argument_group("code generation (for .wasm input)")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--checked", dest="checked", action="store_true", default=True,
+                      help="bounds-check memory accesses, trapping as the wasm spec says (default)")
+    mode.add_argument("--fast", dest="checked", action="store_false",
+                      help="no bounds checks: accesses past committed memory read 0 and drop stores")
+    g.add_argument("--no-may-goto", dest="may_goto", action="store_false",
+                   help="the profile for kernels without may_goto: every loop back-edge returns to the dispatcher")
+    g.add_argument("--no-inline", dest="inline", action="store_false",
+                   help="do not replace calls to small functions by their bodies")
+    g.add_argument("--fibers", type=int, default=None, help="number of fibers (default 4)")
+    g.add_argument("--stack-size", type=int_arg, default=None,
+                   help="software stack per fiber in bytes, a power of two (default 16 MiB)")
+
+
+def compile_options(args: argparse.Namespace) -> Options:
+    from capsule.compiler import Options
+
+    kw = {"checked": args.checked, "may_goto": args.may_goto, "inline": args.inline}
+    if args.fibers is not None:
+        kw["fibers"] = args.fibers
+    if args.stack_size is not None:
+        kw["stack_size"] = args.stack_size
+    try:
+        return Options(**kw)
+    except ValueError as e:
+        raise SystemExit(f"capsule: {e}") from None

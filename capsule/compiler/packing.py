@@ -1,0 +1,215 @@
+"""Which physical function each wasm function goes into, decided before lowering.
+
+Deciding first lets lowering know whether a callee shares the caller's physical function, and a call between
+two such functions is a direct jump instead of a trip through the dispatcher (``calls``); so the plan puts
+functions that call each other often together. Sizes are estimated from the wasm bodies (clang's code lowers to
+about ``BPF_PER_WASM`` BPF instructions per wasm instruction); a physical function aims at ``phys_target``
+instructions, the plan's only size limit.
+
+The plan: the call graph's edges, weighted by how many call sites they have (a call inside a loop counts
+``LOOP_WEIGHT`` times), are taken heaviest first, and each joins its two functions' clusters while the cluster
+stays under the target; then clusters are packed largest first into the physical function holding the least
+code, as single functions were before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from capsule.wasm import Module, Op
+
+from . import abi
+from .code import RegionKey
+
+BPF_PER_WASM = 2.5
+LOOP_WEIGHT = 8
+LEAF_STUB_SIZE = 12  # a leaf's entry region in a physical function: a call and a return
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Function index -> physical function, for every defined function (leaves: their entry stub), and the
+    pairs (p, q) of physical functions where p may call q as a BPF function (``nested``)."""
+
+    phys_of: dict[int, int]
+    nphys: int
+    leaves: frozenset[int]
+    calls: frozenset[tuple[int, int]] = frozenset()
+
+    def nested(self, caller: int, callee: int) -> bool:
+        """Whether a call from ``caller`` may call the callee's physical function as a BPF function, which runs
+        the callee and, unless it suspends, returns straight to the caller (``calls``)."""
+        if callee in self.leaves:
+            return False
+        p, q = self.phys_of.get(caller), self.phys_of.get(callee)
+        return p is not None and q is not None and (p, q) in self.calls
+
+    def direct(self, caller: int, callee: int) -> bool:
+        """Whether a call from ``caller`` to ``callee`` can jump straight to the callee's entry: both in one
+        physical function, and the callee not a leaf (leaves are called as BPF functions)."""
+        if callee in self.leaves:
+            return False
+        p = self.phys_of.get(callee)
+        return p is not None and p == self.phys_of.get(caller)
+
+
+def estimate(m: Module, index: int, leaves: frozenset[int]) -> int:
+    """Estimated BPF instructions of function ``index`` in a physical function."""
+    if index in leaves:
+        return LEAF_STUB_SIZE
+    func = m.defined_func(index)
+    assert func is not None
+    return max(1, math.ceil(len(func.body) * BPF_PER_WASM))
+
+
+def call_sites(m: Module) -> dict[tuple[int, int], int]:
+    """(caller, callee) -> how many call instructions the caller has for the callee."""
+    n = m.num_imported_funcs
+    out: dict[tuple[int, int], int] = {}
+    for k, f in enumerate(m.funcs):
+        for ins in f.body:
+            if ins.op == Op.CALL and isinstance(ins.imm, int) and ins.imm >= n:
+                out[(n + k, ins.imm)] = out.get((n + k, ins.imm), 0) + 1
+    return out
+
+
+def call_weights(m: Module) -> dict[tuple[int, int], int]:
+    """(caller, callee) -> call sites, a call inside a loop counting LOOP_WEIGHT times per loop level."""
+    n = m.num_imported_funcs
+    out: dict[tuple[int, int], int] = {}
+    for k, f in enumerate(m.funcs):
+        loops: list[bool] = []
+        for ins in f.body:
+            if ins.op in (Op.BLOCK, Op.IF):
+                loops.append(False)
+            elif ins.op == Op.LOOP:
+                loops.append(True)
+            elif ins.op == Op.END and loops:
+                loops.pop()
+            elif ins.op == Op.CALL and isinstance(ins.imm, int) and ins.imm >= n:
+                key = (n + k, ins.imm)
+                out[key] = out.get(key, 0) + LOOP_WEIGHT ** sum(loops)
+    return out
+
+
+def bands(m: Module, leaves: frozenset[int], top: int) -> dict[int, int]:
+    """Each function's band: its height in the call graph (0 for a function that calls nothing but leaves,
+    else one more than the highest band it calls outside its own strongly connected component), at most
+    ``top``. Calls from a higher band to a lower one never close a cycle, so they may be BPF calls."""
+    n = m.num_imported_funcs
+    funcs = list(range(n, n + len(m.funcs)))
+    callees: dict[int, set[int]] = {f: set() for f in funcs}
+    for a, b in call_sites(m):
+        if b not in leaves:
+            callees[a].add(b)
+    # Tarjan's strongly connected components, iteratively (call graphs can be deep)
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    comp: dict[int, int] = {}
+    stack: list[int] = []
+    on: set[int] = set()
+    order: list[list[int]] = []  # components, callees before callers
+    for start in funcs:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(callees[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            f, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(callees[nxt]))))
+                elif nxt in on:
+                    low[f] = min(low[f], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[f])
+            if low[f] == index[f]:
+                members = []
+                while True:
+                    g = stack.pop()
+                    on.discard(g)
+                    comp[g] = len(order)
+                    members.append(g)
+                    if g == f:
+                        break
+                order.append(members)
+    height: dict[int, int] = {}
+    for c, members in enumerate(order):
+        below = [height[comp[b]] for f in members for b in callees[f] if comp[b] != c]
+        height[c] = 1 + max(below) if below else 0
+    return {f: min(height[comp[f]], top) for f in funcs}
+
+
+def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest: int = 0) -> Plan:
+    """Physical functions band by band (``bands``), each band's functions clustered along their heaviest
+    calls and packed to the target size; a call to a lower band may be a BPF call (at most ``max_nest``
+    deep, as the bands are), a call inside one physical function a jump."""
+    n = m.num_imported_funcs
+    funcs = list(range(n, n + len(m.funcs)))
+    size = {f: estimate(m, f, leaves) for f in funcs}
+    band = bands(m, leaves, max(0, max_nest))
+    # clusters by union-find, joined along the heaviest edges while they fit (within a band)
+    parent = {f: f for f in funcs}
+    weight = dict(size)
+
+    def root(f: int) -> int:
+        while parent[f] != f:
+            parent[f] = parent[parent[f]]
+            f = parent[f]
+        return f
+
+    edges = sorted(((w, a, b) for (a, b), w in call_weights(m).items()
+                    if a != b and b not in leaves and band[a] == band[b]), key=lambda e: (-e[0], e[1], e[2]))
+    for _, a, b in edges:
+        ra, rb = root(a), root(b)
+        if ra != rb and weight[ra] + weight[rb] <= target:
+            parent[rb] = ra
+            weight[ra] += weight[rb]
+    clusters: dict[int, list[int]] = {}
+    for f in funcs:
+        clusters.setdefault(root(f), []).append(f)
+    total = sum(size.values()) or 1
+    budget = max(1, min(max_phys, abi.MAX_PHYS))
+    phys_of: dict[int, int] = {}
+    phys_band: list[int] = []
+    levels = sorted({band[r] for r in clusters})
+    for k, b in enumerate(levels):
+        mine = sorted((r for r in clusters if band[r] == b), key=lambda r: (-weight[r], r))
+        share = sum(weight[r] for r in mine)
+        # physical functions for this band: its share of the target-sized ones, leaving one for each band after
+        room = budget - len(phys_band) - (len(levels) - k - 1)
+        count = max(1, min(room, math.ceil(share / target), len(mine), math.ceil(budget * share / total)))
+        base = len(phys_band)
+        fill = [0] * count
+        for r in mine:
+            p = fill.index(min(fill))
+            for f in clusters[r]:
+                phys_of[f] = base + p
+            fill[p] += weight[r]
+        phys_band += [b] * count
+    calls = frozenset((p, q) for p in range(len(phys_band)) for q in range(len(phys_band))
+                      if phys_band[p] > phys_band[q] and max_nest > 0)
+    return Plan(phys_of, len(phys_band), leaves, calls)
+
+
+def region_ids(phys: Sequence[Sequence[Sequence[RegionKey]]]) -> dict[RegionKey, int]:
+    """Region ids, from each physical function's functions' regions: a region's index inside its physical
+    function, shifted left by PHYS_BITS, or'ed with the physical function's number."""
+    ids: dict[RegionKey, int] = {}
+    for p, funcs in enumerate(phys):
+        q = 0
+        for regions in funcs:
+            for key in regions:
+                ids[key] = (q << abi.PHYS_BITS) | p
+                q += 1
+    return ids
