@@ -30,6 +30,7 @@ def wasm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.requires_bpf
 def test_build_then_call_object(wasm: Path, tmp_path: Path) -> None:
     obj = tmp_path / "m.bpf.o"
     res = capsule("build", str(wasm), "-o", str(obj))
@@ -39,17 +40,20 @@ def test_build_then_call_object(wasm: Path, tmp_path: Path) -> None:
     assert (res.returncode, res.stdout) == (0, "42\n")
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("args,out", [(["0x10", "-3"], "13\n"), (["2147483647", "1"], "-2147483648\n")])
 def test_call_wasm_directly_with_hex_and_negative(wasm: Path, args: list[str], out: str) -> None:
     res = capsule("call", str(wasm), "add", *args)
     assert (res.returncode, res.stdout) == (0, out), res.stderr
 
 
+@pytest.mark.requires_bpf
 def test_i64_results_are_signed(wasm: Path) -> None:
     res = capsule("call", str(wasm), "mul64", "-3000000000", "3")
     assert res.stdout == "-9000000000\n"
 
 
+@pytest.mark.requires_bpf
 def test_trap_exits_nonzero_with_backtrace(wasm: Path) -> None:
     res = capsule("call", str(wasm), "outer", "3")
     assert res.returncode == 2
@@ -59,6 +63,7 @@ def test_trap_exits_nonzero_with_backtrace(wasm: Path) -> None:
     assert "in middle" in res.stderr
 
 
+@pytest.mark.requires_bpf
 def test_stats(wasm: Path) -> None:
     res = capsule("call", str(wasm), "outer", "5", "--stats")
     assert res.returncode == 0 and res.stdout == "12\n"
@@ -66,12 +71,14 @@ def test_stats(wasm: Path) -> None:
         assert key in res.stderr
 
 
+@pytest.mark.requires_bpf
 def test_profiles_give_the_same_answer(wasm: Path) -> None:
     for flags in ([], ["--fast"], ["--no-may-goto"], ["--fibers", "2", "--stack-size", "0x100000"]):
         res = capsule("call", str(wasm), "outer", "20", *flags)
         assert (res.returncode, res.stdout) == (0, "42\n"), (flags, res.stderr)
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("argv,message", [
     (["call", "{wasm}", "nope"], "no exported function 'nope'"),
     (["call", "{wasm}", "add", "1"], "add takes 2 argument(s), got 1"),

@@ -19,6 +19,8 @@ from capsule.runtime import CallError, Pending
 
 from .diff_harness import Pair, Trapped, bpf_fds
 
+pytestmark = pytest.mark.requires_bpf
+
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 EDGE64 = [
