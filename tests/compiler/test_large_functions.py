@@ -12,6 +12,8 @@ from capsule.runtime import Instance
 from capsule.wasm import load
 from tests.wasm.wasm_build import wat
 
+pytestmark = pytest.mark.requires_bpf
+
 LOCALS = 5000
 DEPTH = 2000
 BRANCHES = 3000

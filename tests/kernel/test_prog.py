@@ -176,6 +176,7 @@ def test_non_gpl_program_cannot_use_gpl_helpers():
     assert "GPL" in ei.value.reason or "gpl" in ei.value.log
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("cond", [(Jmp.JEQ, 7), (Jmp.JSET, 4)])
 def test_far_conditional_jumps_run_in_the_kernel(cond):
     """The long forms of a conditional jump beyond 16 bits (``asm.resolve``) verify and go where they should,
