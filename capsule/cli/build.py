@@ -114,7 +114,7 @@ def cmd_call(args: argparse.Namespace) -> int:
             _, results = inst.func_types(index)
             with bpf_stats():
                 values = inst.call_index(index, list(args.args), budget=args.budget)
-                info = inst.prog.info()
+                run_time_ns = inst.run_time_ns()
         except GuestTrap as e:
             print(f"capsule: trap in {args.function}: {e.message}", file=sys.stderr)
             for name in e.backtrace:
@@ -123,10 +123,12 @@ def cmd_call(args: argparse.Namespace) -> int:
         for t, v in zip(results, values, strict=True):
             print(_show(t, v))
         if args.stats:
-            st = inst.prog.stats
-            print(f"processed insns: {st.processed_insns}\nverification time: {st.verification_time_usec} us\n"
-                  f"load time: {inst.load_seconds * 1000:.1f} ms\nregions executed: {inst.stats.transitions}\n"
-                  f"invocations: {inst.stats.invocations}\nrun_time_ns: {info.run_time_ns}", file=sys.stderr)
+            for prog in inst.programs:
+                st = prog.stats
+                print(f"{prog.name}: processed insns: {st.processed_insns if st else '?'}, verification time: "
+                      f"{st.verification_time_usec if st else '?'} us", file=sys.stderr)
+            print(f"load time: {inst.load_seconds * 1000:.1f} ms\nregions executed: {inst.stats.transitions}\n"
+                  f"invocations: {inst.stats.invocations}\nrun_time_ns: {run_time_ns}", file=sys.stderr)
     return 0
 
 

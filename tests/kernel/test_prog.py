@@ -174,3 +174,28 @@ def test_non_gpl_program_cannot_use_gpl_helpers():
         trace_printk = 6
         Program.load(ProgType.XDP, [call_helper(trace_printk), mov(R0, 0), exit_()], license="Proprietary")
     assert "GPL" in ei.value.reason or "gpl" in ei.value.log
+
+
+@pytest.mark.requires_bpf
+@pytest.mark.parametrize("cond", [(Jmp.JEQ, 7), (Jmp.JSET, 4)])
+def test_far_conditional_jumps_run_in_the_kernel(cond):
+    """The long forms of a conditional jump beyond 16 bits (``asm.resolve``) verify and go where they should,
+    taken and not taken, through 40,000 instructions of the not-taken path."""
+    op, imm = cond
+    b = Builder()
+    b.emit(ldx(4, R2, R1, 0), ldx(4, R3, R1, 4), mov(R4, R2), alu(Alu.ADD, R4, 1))
+    b.emit(jmp(Jmp.JGT, R4, R3, "short"), ldx(1, R5, R2, 0), mov(R0, 0))
+    b.emit(jmp(op, R5, imm, "far"))
+    for _ in range(40000):
+        b.emit(alu(Alu.ADD, R0, 1))
+    b.emit(mov(R0, int(XDPAction.PASS)), exit_())
+    b.label("far")
+    b.emit(mov(R0, int(XDPAction.DROP)), exit_())
+    b.label("short")
+    b.emit(mov(R0, int(XDPAction.ABORTED)), exit_())
+    insns = b.assemble()
+    assert any(i.is_gotol for i in insns)
+    with Program.load(ProgType.XDP, insns, name="far") as p:
+        taken = bytes([7 if op == Jmp.JEQ else 4]) + bytes(13)
+        assert p.test_run(taken).retval == XDPAction.DROP
+        assert p.test_run(bytes([2]) + bytes(13)).retval == XDPAction.PASS
