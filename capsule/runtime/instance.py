@@ -286,6 +286,12 @@ class Instance:
         params = self.meta.types[f.type].params
         if len(args) != len(params):
             raise CallError(f"{f.name} takes {len(params)} argument(s), got {len(args)}")
+        for k, (t, v) in enumerate(zip(params, args, strict=True)):
+            bits = 32 if t in _NARROW else 64
+            if not -(1 << (bits - 1)) <= v < (1 << bits):  # a signed value or the raw bits of one
+                raise CallError(f"{f.name}: argument {k + 1} ({t}) is {v}, outside [{-(1 << (bits - 1))}, "
+                                f"{(1 << bits) - 1}]")
+        _check_budget(budget)
         rec = self._fiber_rec(fiber)
         if fiber not in self._c_stacks and self.meta.stack_pointer_global is not None:
             self._c_stack(fiber)
@@ -320,6 +326,7 @@ class Instance:
 
     def resume(self, token: int, *, budget: int = DEFAULT_BUDGET) -> list[int] | Pending:
         """Continue a pending call. A token from before a ``reset`` (or made up) is refused."""
+        _check_budget(budget)
         fiber, gen = token >> 32, token & MASK32
         rec = self._fiber_rec(fiber) if 0 <= fiber < self.fibers else None
         if rec is None or self.u64(rec + abi.FIBER_GENERATION) != gen or \
@@ -433,6 +440,12 @@ class Instance:
     def switches(self) -> int:
         """Tail calls between the programs of a split object, on all fibers so far."""
         return sum(self.u64(abi.FIBERS + f * abi.FIBER_SIZE + abi.FIBER_SWITCHES) for f in range(self.fibers))
+
+
+def _check_budget(budget: int) -> None:
+    """A run with no transitions allowed makes no progress: it would end PENDING for ever."""
+    if budget < 1:
+        raise CallError(f"a budget must be at least 1 region transition, got {budget}")
 
 
 def load(program: ObjectSpec | str | Path, **kw: object) -> Instance:
