@@ -201,11 +201,26 @@ class Instance:
             rec = abi.FIBERS + fiber * abi.FIBER_SIZE
             self.set_u64(rec + abi.FIBER_GENERATION, 1)
             self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
+            self.set_u64(rec + abi.FIBER_STACK_HIGH, MASK32)
             if sp is not None and fiber == 0:
                 self.set_u64(rec + abi.FIBER_STACK_POINTER, gvals[sp])
+                low, high = self._stack_bounds(gvals[sp] & MASK32, gvals)
+                self.set_u64(rec + abi.FIBER_STACK_LOW, low)
+                self.set_u64(rec + abi.FIBER_STACK_HIGH, high)
         self._c_stacks = {0}
         if meta.start is not None:
             self.call_index(meta.start, [])
+
+    def _stack_bounds(self, initial: int, gvals: list[int]) -> tuple[int, int]:
+        """Where fiber 0's C stack lies: between the ``__stack_low``/``__stack_high`` globals when the module
+        exports them; else below its initial pointer down to the end of the data segments (wasm-ld's layout),
+        or, when the data lies above the stack (``--stack-first``), from 0."""
+        exported = {e.name: gvals[e.index] & MASK32 for e in self.meta.exports if e.kind == ExternKind.GLOBAL}
+        if "__stack_low" in exported and "__stack_high" in exported:
+            return exported["__stack_low"], exported["__stack_high"]
+        ends = [self._eval(s.offset, gvals) + s.size for s in self.meta.data if s.offset is not None]
+        below = [end for end in ends if end <= initial]
+        return (max(below) if below else 0), initial
 
     def _eval(self, expr: ConstExpr, gvals: list[int]) -> int:
         """Evaluate a constant expression (constants, global.get, references and the extended-const arithmetic;
@@ -321,7 +336,10 @@ class Instance:
         self.set_u64(ctrl + abi.CTRL_MEM_PAGES, new)
         self.set_u64(ctrl + abi.CTRL_MEM_BYTES, new * abi.WASM_PAGE)
         self.set_u64(ctrl + abi.CTRL_COMMITTED, max(self.u64(ctrl + abi.CTRL_COMMITTED), new * abi.WASM_PAGE))
-        self.set_u64(abi.FIBERS + fiber * abi.FIBER_SIZE + abi.FIBER_STACK_POINTER, new * abi.WASM_PAGE)
+        rec = abi.FIBERS + fiber * abi.FIBER_SIZE
+        self.set_u64(rec + abi.FIBER_STACK_POINTER, new * abi.WASM_PAGE)
+        self.set_u64(rec + abi.FIBER_STACK_LOW, pages * abi.WASM_PAGE)
+        self.set_u64(rec + abi.FIBER_STACK_HIGH, new * abi.WASM_PAGE)
         self._c_stacks.add(fiber)
 
     def resume(self, token: int, *, budget: int = DEFAULT_BUDGET) -> list[int] | Pending:
