@@ -109,3 +109,37 @@ def test_unsupported_feature_names_function_and_offset(tmp_path: Path) -> None:
     res = capsule("build", str(src), "-o", str(tmp_path / "x.o"))
     assert res.returncode == 1
     assert '"init_it"' in res.stderr and "offset 0x" in res.stderr and "memory.init" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("budget", ["0", "-5"])
+def test_budget_must_be_positive(wasm: Path, budget: str) -> None:
+    """Issue 16.8: a budget of 0 spun for ever and a negative one crashed with struct.error."""
+    res = capsule("call", str(wasm), "add", "1", "2", "--budget", budget)
+    assert res.returncode == 2 and "--budget: must be at least 1" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.requires_bpf
+def test_budget_of_one_makes_progress(wasm: Path) -> None:
+    res = capsule("call", str(wasm), "outer", "5", "--budget", "1")
+    assert (res.returncode, res.stdout) == (0, "12\n")
+
+
+@pytest.mark.requires_bpf
+@pytest.mark.parametrize("args,message", [
+    (["add", "99999999999999999999", "1"], "argument 1 (i32) is 99999999999999999999, outside [-2147483648, "
+                                            "4294967295]"),
+    (["add", "1", "-2147483649"], "argument 2 (i32) is -2147483649"),
+    (["mul64", "1", str(1 << 64)], f"argument 2 (i64) is {1 << 64}, outside"),
+])
+def test_arguments_outside_their_type_are_refused(wasm: Path, args: list[str], message: str) -> None:
+    """Issue 16.9: such values were wrapped silently (add 99999999999999999999 1 printed 1661992960)."""
+    res = capsule("call", str(wasm), *args)
+    assert res.returncode == 1 and message in res.stderr and res.stdout == ""
+
+
+@pytest.mark.requires_bpf
+def test_arguments_at_the_edges_of_their_type_are_taken(wasm: Path) -> None:
+    res = capsule("call", str(wasm), "add", "4294967295", "1")  # the raw bits of -1, plus one
+    assert (res.returncode, res.stdout) == (0, "0\n")
+    res = capsule("call", str(wasm), "add", "-2147483648", "0")
+    assert (res.returncode, res.stdout) == (0, "-2147483648\n")

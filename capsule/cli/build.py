@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capsule.cli.common import about, add_build_options, add_c_flags, compile_options, int_arg, read_spec
+from capsule.cli.common import about, add_build_options, add_c_flags, compile_options, int_arg, positive_int, read_spec
 
 if TYPE_CHECKING:
     from capsule.bpf.spec import ObjectSpec
@@ -39,8 +39,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("args", nargs="*", help="integer arguments", type=int_arg)
     s.add_argument("--stats", action="store_true",
                    help="print verifier and run statistics (processed insns, load time, regions, invocations)")
-    s.add_argument("--budget", type=int, default=1 << 62,
-                   help="region transitions per kernel invocation before PENDING (the call is continued)")
+    s.add_argument("--budget", type=positive_int, default=1 << 62,
+                   help="region transitions per kernel invocation before PENDING (the call is continued); at "
+                        "least 1")
     add_build_options(s)
     s.set_defaults(func=cmd_call)
 

@@ -95,6 +95,8 @@ FIBER_RESUME = 88  # u64: the state a yielded fiber continues at
 FIBER_EXIT_CODE = 96  # u64: the code given to capsule.exit
 FIBER_GROW = 104  # u64: bytes of linear memory a memory.grow needs backed by pages (status GROW)
 FIBER_SWITCHES = 112  # u64: tail calls from one program of a split object to another, all invocations
+FIBER_STACK_LOW = 120  # u64: the lowest value the C stack pointer may take (the stack's bottom)
+FIBER_STACK_HIGH = 128  # u64: and the highest (its top): outside, the C stack has overflowed
 
 # the dispatcher's bounded loops in the profile without may_goto: regions per step, steps per round, rounds
 STEP_REGIONS = 32

@@ -173,6 +173,15 @@ def _program(layout: Layout, phys: list[_PhysCode], leaves: dict[str, LoweredFun
         raise _in_function(e, func_starts, module) from None
     slots = slot_offsets(insns)
     name = abi.program_name(layout.k)
+    if slots[-1] + insns[-1].slots() > MAX_PROGRAM_INSNS:
+        # the physical functions are as small as the plan makes them: what is left is one function's code
+        sizes = sorted(((b - a, f) for (a, f), (b, _) in zip(func_starts, func_starts[1:] + [(len(total), -1)],
+                                                              strict=True)), reverse=True)
+        big = sizes[0][1] if sizes else None
+        fname = (module.func_name(big) or f"func{big}") if big is not None else "the dispatcher"
+        raise CompileError(f"{slots[-1] + insns[-1].slots():,} BPF instructions in one program, more than the "
+                           f"kernel's {MAX_PROGRAM_INSNS:,}: function {fname} alone is {sizes[0][0]:,}",
+                           func=big, func_name=fname)
     func_infos = [FuncInfo(0, protos.func(name, main=True))]
     if not opt.may_goto:
         starts = [*BOUNDED_FUNCS, *starts]
@@ -300,6 +309,7 @@ def _canonical_types(m: Module) -> dict[FuncType, int]:
 # what keeps a function from being a leaf: it could suspend (loops, bulk memory) or needs the software stack
 _NOT_LEAF = {Op.CALL, Op.CALL_INDIRECT, Op.LOOP, Op.MEMORY_GROW, Op.MEMORY_FILL, Op.MEMORY_COPY}
 MAX_SUBPROGRAMS = 256  # the verifier's limit, main program included
+MAX_PROGRAM_INSNS = 1_000_000  # the kernel's limit on a program's instructions (BPF_COMPLEXITY_LIMIT_INSNS)
 # Physical functions one call may nest below the one the dispatcher calls (``packing.nesting``). The verifier
 # allows 8 frames and 512 bytes of stack in a chain: the entry (16 bytes), the physical functions (80 each), a
 # leaf (80) and a soft-float function (8) fit with three nested; the profile without may_goto spends two

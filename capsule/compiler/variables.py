@@ -99,6 +99,12 @@ def global_set(fs: FunctionState, ins: Instr) -> None:
     r = fs.stack.read(slot, e, T0)
     base, off = global_addr(fs, g)
     fs.emit(stx(8, base, off, r))
+    if g == fs.info.stack_pointer_global:
+        # the C stack pointer must stay within the fiber's C stack: past its bottom it would grow into the data
+        # below (output waiting to be drained, the heap), and wrap around past zero in a stack-first layout
+        trap = fs.trap_label(abi.Trap.STACK_OVERFLOW)
+        fs.emit(ldx(8, T1, T1, abi.FIBER_STACK_LOW), jmp(Jmp.JLT, r, T1, trap),
+                ldx(8, T1, FP, BPF_FIBER), ldx(8, T1, T1, abi.FIBER_STACK_HIGH), jmp(Jmp.JGT, r, T1, trap))
 
 
 def drop(fs: FunctionState, ins: Instr) -> None:

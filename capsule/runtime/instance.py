@@ -201,11 +201,26 @@ class Instance:
             rec = abi.FIBERS + fiber * abi.FIBER_SIZE
             self.set_u64(rec + abi.FIBER_GENERATION, 1)
             self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
+            self.set_u64(rec + abi.FIBER_STACK_HIGH, MASK32)
             if sp is not None and fiber == 0:
                 self.set_u64(rec + abi.FIBER_STACK_POINTER, gvals[sp])
+                low, high = self._stack_bounds(gvals[sp] & MASK32, gvals)
+                self.set_u64(rec + abi.FIBER_STACK_LOW, low)
+                self.set_u64(rec + abi.FIBER_STACK_HIGH, high)
         self._c_stacks = {0}
         if meta.start is not None:
             self.call_index(meta.start, [])
+
+    def _stack_bounds(self, initial: int, gvals: list[int]) -> tuple[int, int]:
+        """Where fiber 0's C stack lies: between the ``__stack_low``/``__stack_high`` globals when the module
+        exports them; else below its initial pointer down to the end of the data segments (wasm-ld's layout),
+        or, when the data lies above the stack (``--stack-first``), from 0."""
+        exported = {e.name: gvals[e.index] & MASK32 for e in self.meta.exports if e.kind == ExternKind.GLOBAL}
+        if "__stack_low" in exported and "__stack_high" in exported:
+            return exported["__stack_low"], exported["__stack_high"]
+        ends = [self._eval(s.offset, gvals) + s.size for s in self.meta.data if s.offset is not None]
+        below = [end for end in ends if end <= initial]
+        return (max(below) if below else 0), initial
 
     def _eval(self, expr: ConstExpr, gvals: list[int]) -> int:
         """Evaluate a constant expression (constants, global.get, references and the extended-const arithmetic;
@@ -286,6 +301,12 @@ class Instance:
         params = self.meta.types[f.type].params
         if len(args) != len(params):
             raise CallError(f"{f.name} takes {len(params)} argument(s), got {len(args)}")
+        for k, (t, v) in enumerate(zip(params, args, strict=True)):
+            bits = 32 if t in _NARROW else 64
+            if not -(1 << (bits - 1)) <= v < (1 << bits):  # a signed value or the raw bits of one
+                raise CallError(f"{f.name}: argument {k + 1} ({t}) is {v}, outside [{-(1 << (bits - 1))}, "
+                                f"{(1 << bits) - 1}]")
+        _check_budget(budget)
         rec = self._fiber_rec(fiber)
         if fiber not in self._c_stacks and self.meta.stack_pointer_global is not None:
             self._c_stack(fiber)
@@ -315,11 +336,15 @@ class Instance:
         self.set_u64(ctrl + abi.CTRL_MEM_PAGES, new)
         self.set_u64(ctrl + abi.CTRL_MEM_BYTES, new * abi.WASM_PAGE)
         self.set_u64(ctrl + abi.CTRL_COMMITTED, max(self.u64(ctrl + abi.CTRL_COMMITTED), new * abi.WASM_PAGE))
-        self.set_u64(abi.FIBERS + fiber * abi.FIBER_SIZE + abi.FIBER_STACK_POINTER, new * abi.WASM_PAGE)
+        rec = abi.FIBERS + fiber * abi.FIBER_SIZE
+        self.set_u64(rec + abi.FIBER_STACK_POINTER, new * abi.WASM_PAGE)
+        self.set_u64(rec + abi.FIBER_STACK_LOW, pages * abi.WASM_PAGE)
+        self.set_u64(rec + abi.FIBER_STACK_HIGH, new * abi.WASM_PAGE)
         self._c_stacks.add(fiber)
 
     def resume(self, token: int, *, budget: int = DEFAULT_BUDGET) -> list[int] | Pending:
         """Continue a pending call. A token from before a ``reset`` (or made up) is refused."""
+        _check_budget(budget)
         fiber, gen = token >> 32, token & MASK32
         rec = self._fiber_rec(fiber) if 0 <= fiber < self.fibers else None
         if rec is None or self.u64(rec + abi.FIBER_GENERATION) != gen or \
@@ -433,6 +458,12 @@ class Instance:
     def switches(self) -> int:
         """Tail calls between the programs of a split object, on all fibers so far."""
         return sum(self.u64(abi.FIBERS + f * abi.FIBER_SIZE + abi.FIBER_SWITCHES) for f in range(self.fibers))
+
+
+def _check_budget(budget: int) -> None:
+    """A run with no transitions allowed makes no progress: it would end PENDING for ever."""
+    if budget < 1:
+        raise CallError(f"a budget must be at least 1 region transition, got {budget}")
 
 
 def load(program: ObjectSpec | str | Path, **kw: object) -> Instance:

@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from capsule.compiler import Options
+from capsule.ints import signed
 from capsule.runtime import CallError, Pending
 
 from .diff_harness import Pair, Trapped, bpf_fds
@@ -306,7 +307,7 @@ def test_hash_table(pairs) -> None:
     rng = random.Random(5)
     keys = [rand64(rng) for _ in range(300)] + [0, -1, I64_MIN]
     for k in keys:
-        p.check("ht_insert", k, k * 3)
+        p.check("ht_insert", k, signed(k * 3, 64))  # an i64 argument: the product's 64-bit value
     assert p.value("ht_count") == len(set(keys))
     for k in keys[::3]:
         p.value("ht_delete", k)
