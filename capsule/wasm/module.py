@@ -263,7 +263,10 @@ class Module:
         return [imp.desc for imp in self._imported(ExternKind.FUNC)] + [f.type_index for f in self.funcs]  # type: ignore[misc]
 
     def func_type(self, index: int) -> FuncType:
-        return self.types[self.func_type_indices()[index]]
+        imported = self._imported(ExternKind.FUNC)  # a few imports: cheaper than the whole index space
+        if 0 <= index < len(imported):
+            return self.types[imported[index].desc]  # type: ignore[index]
+        return self.types[self.funcs[index - len(imported)].type_index]
 
     def all_tables(self) -> list[TableType]:
         return [imp.desc for imp in self._imported(ExternKind.TABLE)] + self.tables  # type: ignore[misc]
