@@ -91,10 +91,10 @@ class _Writer:
             tid = fi_by_off.get(start, 0)
             if start == 0:
                 name = prog.name
-            elif tid and isinstance(self.btf.type_by_id(tid), Func):
-                name = self.btf.type_by_id(tid).name
-            elif insns[lo].sym:
-                name = insns[lo].sym
+            elif tid and isinstance(func := self.btf.type_by_id(tid), Func):
+                name = func.name
+            elif sym := insns[lo].sym:
+                name = sym
             else:
                 name = f"{prog.name}__sub{start}"
             lines = [
@@ -243,11 +243,12 @@ class _Writer:
 
         if externs:
             ksyms = [(self._kfunc_btf(name), 0, 0) for name in externs]
-            if _datasec(btf, ".ksyms") is None:
+            have_ksyms = _datasec(btf, ".ksyms")
+            if have_ksyms is None:
                 _set_datasec(btf, ".ksyms", 0, ksyms)
             else:
-                have = {vs.type for vs in _datasec(btf, ".ksyms").vars}
-                _datasec(btf, ".ksyms").vars.extend(VarSecinfo(t, 0, 0) for t, _, _ in ksyms if t not in have)
+                have = {vs.type for vs in have_ksyms.vars}
+                have_ksyms.vars.extend(VarSecinfo(t, 0, 0) for t, _, _ in ksyms if t not in have)
 
         ext_bytes = ext.encode(btf.strings)  # first: it adds section names to the BTF string table
         elf.add_section(".BTF", "btf", btf.encode())
@@ -257,11 +258,11 @@ class _Writer:
         return elf.encode()
 
     def _kfunc_btf(self, name: str) -> int:
-        ids = [i for i in self.btf.find_ids(name) if isinstance(self.btf.type_by_id(i), Func)]
-        if ids:
-            f = self.btf.type_by_id(ids[0])
-            f.linkage = Linkage.EXTERN
-            return ids[0]
+        for tid in self.btf.find_ids(name):
+            f = self.btf.type_by_id(tid)
+            if isinstance(f, Func):
+                f.linkage = Linkage.EXTERN
+                return tid
         return kfunc_type(self.btf, self.vmlinux(), name)
 
     def _relocate(self, fn: _Fn, k: int, ins: Insn, fn_sym, map_sym, data_sym, externs, elf):
@@ -314,7 +315,11 @@ def object_bytes(spec: ObjectSpec) -> bytes:
 
 def _datasec(btf: BTF, name: str) -> Datasec | None:
     ids = btf.find_ids(name, Datasec.kind)
-    return btf.type_by_id(ids[0]) if ids else None  # type: ignore[return-value]
+    if not ids:
+        return None
+    ds = btf.type_by_id(ids[0])
+    assert isinstance(ds, Datasec)  # find_ids looked for that kind
+    return ds
 
 
 def _set_datasec(btf: BTF, name: str, size: int, entries: list[tuple[int, int, int]]) -> None:
