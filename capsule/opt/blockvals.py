@@ -58,4 +58,5 @@ class BlockValues:
         if row is None:
             self._fill(at)
             row = self._ids[at]
-        return row[reg]  # type: ignore[index]
+            assert row is not None  # _fill named every instruction of at's block
+        return row[reg]

@@ -130,6 +130,7 @@ class Checker:
 
     def _run_all(self, prog, ptype: int, ctx_size: int, maps: dict[str, Map]) -> list:
         out: list = []
+        inputs: list[tuple[bytes, bytes | None]]  # (packet, context)
         if ptype == ProgType.SYSCALL:
             inputs = [(b"", c) for c in context_buffers(ctx_size)]
         else:
@@ -172,6 +173,7 @@ class Checker:
             tname = ProgType(ps.type).label.lower()
             note = f"verified only: {tname} programs cannot be test-run"
         else:
+            assert first is not None  # a runnable program's side runs every input
             _, second = self._side(ps, ctx_size, runs)
             if second != first:
                 note = "verified only: the original's results differ between runs (time, randomness, CPU)"
@@ -208,8 +210,8 @@ class Checker:
         return stats
 
 
-def _dump(maps: dict[str, Map]) -> dict:
-    out = {}
+def _dump(maps: dict[str, Map]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for name, m in maps.items():
         if m.type not in _DUMPED:
             continue

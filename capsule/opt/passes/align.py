@@ -229,6 +229,7 @@ class Align(Pass):
         if stores:
             if set(c.copies) != set(loads):
                 return  # every piece must be copied (a piece read by its store and its shift stays)
+            assert at is not None  # the last load is one of them
             first = insns[stores[0]]
             dreg, did = first.dst, self._ids.value_id(stores[0], first.dst)
             deltas = {insns[c.copies[d]].off - insns[d].off for d in loads}

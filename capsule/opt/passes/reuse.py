@@ -77,7 +77,7 @@ class Reuse(Pass):
             if c == LD_IMM64:
                 if ins.src not in _REUSABLE or i in a.code.targets:
                     continue
-                want = ("ld", ins.src, ins.imm, ins.ref)
+                want: Recipe = ("ld", ins.src, ins.imm, ins.ref)
                 src = next((r for r in range(10) if st[r] == want), None)
                 if src is None or not e.free(i):
                     continue
