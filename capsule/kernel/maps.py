@@ -14,13 +14,27 @@ import errno
 import functools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import SupportsInt
 
 from capsule.bpf.spec import MapSpec
 from capsule.bpf.uapi import PERCPU_MAP_TYPES, MapFlags, MapType
 
 from .consts import Cmd, UpdateFlags
 from .errors import BPFError
-from .sys import FD, MapCreateAttr, MapElemAttr, MapInfo, Owner, addr, bpf, bpf_errno, name_bytes, obj_get_info
+from .sys import (
+    FD,
+    HasFileno,
+    MapCreateAttr,
+    MapElemAttr,
+    MapInfo,
+    Owner,
+    addr,
+    bpf,
+    bpf_errno,
+    fd_number,
+    name_bytes,
+    obj_get_info,
+)
 
 Key = bytes | int
 Value = bytes | int
@@ -246,7 +260,7 @@ class Map(Owner):
         return info
 
     # -- PROG_ARRAY --------------------------------------------------------------------------------------
-    def set_prog(self, index: int, prog: object) -> None:
+    def set_prog(self, index: int, prog: HasFileno | SupportsInt) -> None:
         """PROG_ARRAY: put a program (anything with ``fileno()``, or an fd int) at ``index``."""
-        fd = prog.fileno() if hasattr(prog, "fileno") else int(prog)  # type: ignore[call-overload]
+        fd = fd_number(prog)
         self.update(index, fd.to_bytes(4, "little"))

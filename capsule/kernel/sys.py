@@ -16,6 +16,7 @@ import os
 import platform
 import warnings
 from ctypes import c_char, c_int32, c_uint8, c_uint32, c_uint64
+from typing import Protocol, Self, SupportsInt
 
 from .consts import BPF_OBJ_NAME_LEN, BPF_TAG_SIZE, Cmd
 from .errors import BPFError
@@ -356,6 +357,17 @@ def name_bytes(name: str) -> bytes:
 
 
 # -- owned file descriptors ----------------------------------------------------------------------------------
+class HasFileno(Protocol):
+    """Anything that names a file descriptor by ``fileno()``: an ``FD``, a map, a program, a link."""
+
+    def fileno(self) -> int: ...
+
+
+def fd_number(obj: HasFileno | SupportsInt) -> int:
+    """The descriptor number of ``obj``: its ``fileno()``, else ``int(obj)`` (a plain number)."""
+    return obj.fileno() if hasattr(obj, "fileno") else int(obj)
+
+
 class FD:
     """Owns one file descriptor and closes it exactly once.
 
@@ -431,7 +443,7 @@ class Owner:
     def closed(self) -> bool:
         return self._fd.closed
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
