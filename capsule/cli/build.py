@@ -124,6 +124,7 @@ def cmd_call(args: argparse.Namespace) -> int:
             print(_show(t, v))
         if args.stats:
             st = inst.prog.stats
+            assert st is not None  # loaded with LogLevel.STATS
             print(f"processed insns: {st.processed_insns}\nverification time: {st.verification_time_usec} us\n"
                   f"load time: {inst.load_seconds * 1000:.1f} ms\nregions executed: {inst.stats.transitions}\n"
                   f"invocations: {inst.stats.invocations}\nrun_time_ns: {info.run_time_ns}", file=sys.stderr)

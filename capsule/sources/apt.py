@@ -68,7 +68,7 @@ def read_sources(deb822: Path, one_line: Path | None = None) -> list[SourceEntry
     except OSError:
         text = ""
     for block in re.split(r"\n\s*\n", text):
-        fields = dict(m.groups() for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", block, re.M))
+        fields = {m[1]: m[2] for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", block, re.M)}
         uris, suites = fields.get("URIs", "").split(), fields.get("Suites", "").split()
         if uris and suites:
             entries.append(SourceEntry(tuple(uris), tuple(suites), tuple(fields.get("Components", "main").split()),
