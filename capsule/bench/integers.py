@@ -312,7 +312,7 @@ def machine() -> dict[str, str]:
 
 
 # -- command line --------------------------------------------------------------------------------------------
-def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``bench integers`` in the ``bench`` group (``capsule.cli.bench``)."""
     p = bench.add_parser(
         "integers",

@@ -45,7 +45,7 @@ class _Fn:
     type_id: int  # BTF FUNC, 0 until known
     line_infos: list[LineInfo]
     callees: dict[int, str] = field(default_factory=dict)  # insn index -> callee function name
-    key: tuple = ()
+    key: tuple[tuple[int, int, int, int, int | str, str | None], ...] = ()  # _canonical
 
 
 def _is_data_map(m: MapSpec) -> bool:
@@ -113,7 +113,7 @@ class _Writer:
             fn.callees = {i: name_at[targets[base + i]] for i in range(len(fn.insns)) if base + i in targets}
         return fns
 
-    def _canonical(self, fn: _Fn) -> tuple:
+    def _canonical(self, fn: _Fn) -> tuple[tuple[int, int, int, int, int | str, str | None], ...]:
         return tuple(
             (i.code, i.dst, i.src, i.off, fn.callees[k] if k in fn.callees else i.imm, i.ref)
             for k, i in enumerate(fn.insns)
@@ -265,7 +265,9 @@ class _Writer:
                 return tid
         return kfunc_type(self.btf, self.vmlinux(), name)
 
-    def _relocate(self, fn: _Fn, k: int, ins: Insn, fn_sym, map_sym, data_sym, externs, elf):
+    def _relocate(self, fn: _Fn, k: int, ins: Insn, fn_sym: dict[str, Symbol], map_sym: dict[str, Symbol],
+                  data_sym: dict[str, Section], externs: dict[str, Symbol],
+                  elf: ElfBuilder) -> tuple[Insn, tuple[Symbol, int] | None]:
         """The instruction as written in the object, and (symbol, relocation type) if it needs one."""
         if k in fn.callees:
             # like clang: a global callee through its own symbol, a static one through the section symbol plus
@@ -273,6 +275,7 @@ class _Writer:
             sym = fn_sym[fn.callees[k]]
             off = 0
             if sym.bind == STB_LOCAL:
+                assert sym.section is not None  # a function defined in this object
                 sym, off = elf.section_symbol(sym.section), sym.value
             if ins.is_call:
                 return replace(ins, src=CallKind.BPF, imm=off // SLOT - 1, ref=None, sym=None), (

@@ -54,7 +54,8 @@ def free_4g_aligned_address() -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"reserving address space: {os.strerror(err)}")
     _munmap(p, span)
-    return (p + (1 << 32) - 1) & ~((1 << 32) - 1)
+    start: int = p
+    return (start + (1 << 32) - 1) & ~((1 << 32) - 1)
 
 
 class Arena(Map):

@@ -67,14 +67,16 @@ class Link:
 
     @property
     def id(self) -> int:
-        return self.info().id
+        link_id: int = self.info().id
+        return link_id
 
     def ifindex(self) -> int:
         """For an XDP link: the interface it is attached to (0 once detached)."""
         info = self.info()
         if info.type != LinkType.XDP:
             raise TypeError("not an XDP link")
-        return info.extra[0] & 0xFFFFFFFF
+        ifindex: int = info.extra[0] & 0xFFFFFFFF
+        return ifindex
 
     def detach(self) -> None:
         """BPF_LINK_DETACH: end the attachment now; the FD stays open (and must still be closed)."""

@@ -127,8 +127,7 @@ class Map(Owner):
         return cls.from_spec(spec)
 
     def __repr__(self) -> str:
-        t = self.type.name if isinstance(self.type, MapType) else self.type
-        return f"<Map {self.name!r} {t} fd={self._fd!r}>"
+        return f"<Map {self.name!r} {self.type.name} fd={self._fd!r}>"
 
     # -- shapes ------------------------------------------------------------------------------------------
     @property
@@ -142,7 +141,7 @@ class Map(Owner):
             return _round8(self.value_size) * possible_cpus()
         return self.value_size
 
-    def _key(self, key: Key) -> ctypes.Array:
+    def _key(self, key: Key) -> ctypes.Array[ctypes.c_char]:
         if isinstance(key, int):
             raw = key.to_bytes(self.key_size, "little", signed=key < 0)
         else:
@@ -151,7 +150,7 @@ class Map(Owner):
                 raise ValueError(f"{self.name}: key is {len(raw)} bytes, map key_size is {self.key_size}")
         return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
-    def _value(self, value: Value) -> ctypes.Array:
+    def _value(self, value: Value) -> ctypes.Array[ctypes.c_char]:
         size = self.user_value_size
         if isinstance(value, int):
             raw = value.to_bytes(self.value_size, "little", signed=value < 0)

@@ -16,7 +16,7 @@ import os
 import platform
 import warnings
 from ctypes import c_char, c_int32, c_uint8, c_uint32, c_uint64
-from typing import Protocol, Self, SupportsInt
+from typing import Any, Protocol, Self, SupportsInt
 
 from .consts import BPF_OBJ_NAME_LEN, BPF_TAG_SIZE, Cmd
 from .errors import BPFError
@@ -312,7 +312,7 @@ class LinkInfo(ctypes.Structure):
 
 
 # -- the call ------------------------------------------------------------------------------------------------
-def addr(obj: ctypes.Array | ctypes.Structure | None) -> int:
+def addr(obj: ctypes.Array[Any] | ctypes.Structure | None) -> int:
     """The address of a ctypes buffer, or 0 for None: what ``__aligned_u64`` pointer fields want."""
     return 0 if obj is None else ctypes.addressof(obj)
 
@@ -325,7 +325,7 @@ def bpf(cmd: Cmd, attr: ctypes.Structure, message: str = "", *, retry_eagain: in
     """
     size = ctypes.sizeof(attr)
     while True:
-        ret = _syscall(SYS_BPF, int(cmd), ctypes.addressof(attr), size)
+        ret: int = _syscall(SYS_BPF, int(cmd), ctypes.addressof(attr), size)
         if ret >= 0:
             return ret
         err = ctypes.get_errno()
@@ -342,7 +342,7 @@ def bpf_errno(cmd: Cmd, attr: ctypes.Structure) -> tuple[int, int]:
     failure (PROG_LOAD's log_true_size) or treat an errno as an answer (ENOENT from GET_NEXT_KEY)."""
     size = ctypes.sizeof(attr)
     while True:
-        ret = _syscall(SYS_BPF, int(cmd), ctypes.addressof(attr), size)
+        ret: int = _syscall(SYS_BPF, int(cmd), ctypes.addressof(attr), size)
         if ret >= 0:
             return ret, 0
         err = ctypes.get_errno()

@@ -123,7 +123,8 @@ class WasiHost:
 
     # -- control block ----------------------------------------------------------------------------------
     def _u32(self, off: int) -> int:
-        return struct.unpack("<I", self.guest.read(self.io + off, 4))[0]
+        value: int = struct.unpack("<I", self.guest.read(self.io + off, 4))[0]
+        return value
 
     def _set_u32(self, off: int, v: int) -> None:
         self.guest.write(self.io + off, struct.pack("<I", v & 0xFFFF_FFFF))

@@ -143,10 +143,13 @@ class LinkError(Exception):
 
 # -- values -------------------------------------------------------------------------------------------------
 
+# a wast2json command, action or value: a JSON object, read by key
+JsonObject = dict[str, Any]
+
 _WIDTH = {"i32": 32, "f32": 32, "i64": 64, "f64": 64}
 
 
-def parse_arg(v: dict[str, Any]) -> int:
+def parse_arg(v: JsonObject) -> int:
     """A wast2json argument as the raw bits ``Instance.call`` takes."""
     t, s = v["type"], v["value"]
     if t in _WIDTH:
@@ -156,7 +159,7 @@ def parse_arg(v: dict[str, Any]) -> int:
     raise ValueError(f"argument of type {t} (not supported)")
 
 
-def matches(expected: dict[str, Any], got: int) -> bool:
+def matches(expected: JsonObject, got: int) -> bool:
     """Whether a result (``Instance`` form: signed ints, float bits) is what wast2json expects."""
     t, s = expected["type"], expected.get("value")
     if t in ("funcref", "externref"):
@@ -172,7 +175,7 @@ def matches(expected: dict[str, Any], got: int) -> bool:
     return bits == int(s) & ((1 << width) - 1)
 
 
-def show(values: list[dict[str, Any]]) -> str:
+def show(values: list[JsonObject]) -> str:
     return "(" + ", ".join(f"{v['type']}:{v.get('value')}" for v in values) + ")"
 
 
@@ -350,7 +353,7 @@ class WastExecutor:
         return self.named.get(name) if name else self.current
 
     # -- actions --------------------------------------------------------------------------------------------
-    def act(self, action: dict) -> list[int]:
+    def act(self, action: JsonObject) -> list[int]:
         """Perform an ``invoke``/``get`` on its module (must be usable: checked by the caller)."""
         target = self.resolve(action.get("module"))
         assert target is not None and target.instance is not None
@@ -360,7 +363,7 @@ class WastExecutor:
         args = [parse_arg(a) for a in action["args"]]
         return _call(inst, action["field"], args)
 
-    def usable(self, action: dict) -> tuple[str, str] | None:
+    def usable(self, action: JsonObject) -> tuple[str, str] | None:
         """Why an action cannot run: ("skipped" | "failed", reason), or None when it can."""
         name = action.get("module")
         target = self.resolve(name)
@@ -375,7 +378,7 @@ class WastExecutor:
         return None
 
     # -- commands -------------------------------------------------------------------------------------------
-    def run(self, commands: list[dict], base: Path, report: ExecReport) -> None:
+    def run(self, commands: list[JsonObject], base: Path, report: ExecReport) -> None:
         for cmd in commands:
             try:
                 self.command(cmd, base, report)
@@ -388,7 +391,7 @@ class WastExecutor:
                     if cmd.get("name"):
                         self.named[cmd["name"]] = self.current
 
-    def command(self, cmd: dict, base: Path, report: ExecReport) -> None:
+    def command(self, cmd: JsonObject, base: Path, report: ExecReport) -> None:
         kind, line = cmd["type"], cmd["line"]
         if kind == "module":
             self.command_module(cmd, base, report)
@@ -407,7 +410,7 @@ class WastExecutor:
         else:
             report.add(line, kind, "failed", f"unknown command {kind}")
 
-    def command_module(self, cmd: dict, base: Path, report: ExecReport) -> None:
+    def command_module(self, cmd: JsonObject, base: Path, report: ExecReport) -> None:
         line = cmd["line"]
         try:
             loaded = self.instantiate((base / cmd["filename"]).read_bytes(), line, report)
@@ -424,7 +427,7 @@ class WastExecutor:
         if cmd.get("name"):
             self.named[cmd["name"]] = loaded
 
-    def command_action(self, cmd: dict, report: ExecReport) -> None:
+    def command_action(self, cmd: JsonObject, report: ExecReport) -> None:
         kind, line, action = cmd["type"], cmd["line"], cmd["action"]
         target = self.resolve(action.get("module"))
 
@@ -460,7 +463,7 @@ class WastExecutor:
         else:
             add("failed", f"{what}: returned {got}, expected trap {cmd.get('text')!r}")
 
-    def command_rejected(self, cmd: dict, base: Path, report: ExecReport) -> None:
+    def command_rejected(self, cmd: JsonObject, base: Path, report: ExecReport) -> None:
         kind, line = cmd["type"], cmd["line"]
         filename = cmd.get("filename", "")
         if cmd.get("module_type") == "text" or filename.endswith(".wat"):
@@ -476,7 +479,7 @@ class WastExecutor:
             return
         report.add(line, kind, "failed", f"accepted, expected {kind.removeprefix('assert_')} ({cmd.get('text')})")
 
-    def command_uninstantiable(self, cmd: dict, base: Path, report: ExecReport) -> None:
+    def command_uninstantiable(self, cmd: JsonObject, base: Path, report: ExecReport) -> None:
         kind, line = cmd["type"], cmd["line"]
         loaded = None
         try:
