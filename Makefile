@@ -10,5 +10,7 @@ demo: setup
 test: setup
 	.venv/bin/python -m pytest -q -n 2 --dist loadfile
 
+# ruff over the code and the tests; mypy over capsule/ (its files and strictness are in pyproject.toml)
 lint: setup
 	.venv/bin/ruff check capsule tests
+	.venv/bin/mypy
