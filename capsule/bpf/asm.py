@@ -467,7 +467,8 @@ def resolve_mapped(insns: list[Insn], labels: dict[str, int] | None = None, *,
         for idx, ins in enumerate(insns):
             if not _is_label_ref(ins) or not _is_conditional(ins) or idx in far or not relax:
                 continue
-            target = table[ins.ref]  # type: ignore[index]
+            assert ins.ref is not None  # _is_label_ref: it names a label
+            target = table[ins.ref]
             delta = slots[target] - slots[idx] - 1
             if abs(delta) + PATCH_SLOTS * abs(patched[target] - patched[idx]) >= 1 << 15:
                 far.add(idx)
