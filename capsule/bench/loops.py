@@ -309,7 +309,7 @@ def plot_report(report: LoopsReport, path: Path) -> None:
 
 
 # -- command line -----------------------------------------------------------------------------------------
-def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``bench loops`` in the ``bench`` group (``capsule.cli.bench``)."""
     p = bench.add_parser(
         "loops", help="ns per iteration of each BPF loop mechanism, verifier cost, limits",
