@@ -17,14 +17,14 @@ from . import abi, intrinsics
 from .abi import BPF_CALL_REGION, BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME
 from .code import Code, RegionKey
 from .dispatcher import leaf_name, phys_name
-from .emit import T0, T1, immediate
+from .emit import T0, T1
 from .state import FunctionState, LoweredFunction, Lowering
 from .values import CALLER_SAVED, FRAME, Entry, Slot, load_frame, store_frame
 from .variables import global_addr
 
 
 def call_(fs: FunctionState, ins: Instr) -> None:
-    callee = immediate(ins, int)
+    callee = ins.imm_as(int)
     ft = fs.m.func_type(callee)
     if callee < fs.m.num_imported_funcs:
         imp = [x for x in fs.m.imports if x.kind == ExternKind.FUNC][callee]
@@ -43,7 +43,7 @@ def call_(fs: FunctionState, ins: Instr) -> None:
 
 
 def call_indirect(fs: FunctionState, ins: Instr) -> None:
-    type_index, table = immediate(ins, tuple)
+    type_index, table = ins.imm_pair()
     ft = fs.m.types[type_index]
     slot, idx = fs.stack.pop()
     indirect_target(fs, slot, idx, ft, table)
