@@ -52,6 +52,32 @@ def loop(fs: FunctionState, ins: Instr) -> None:
     fs.code.label(head)
 
 
+def can_split(fs: FunctionState) -> bool:
+    """Whether no forward jump emitted so far lands beyond this point: an open block some branch targets, or an
+    ``if`` whose else (or end) is still ahead of a jump, would let paths from before a cut flow past its exit
+    and keep their pending branches."""
+    if fs.dead:
+        return False
+    for c in fs.ctls:
+        if c.kind == "if" and (c.else_label is not None or c.targeted):
+            return False
+        if c.kind == "block" and c.targeted:
+            return False
+    return True
+
+
+def split_region(fs: FunctionState) -> None:
+    """End the path here and go on in a new region, through the dispatcher: as a loop head is entered, but
+    with an exit before it, so that the verifier drops the branches it keeps pending on the way here
+    (``function.SPLIT_BRANCHES``). Costs one dispatcher transition at run time."""
+    fs.stack.materialize_all()
+    region = fs.new_region()
+    fs.stack.spill_regs(len(fs.stack))
+    fs.leave_with_state(False, region=region)
+    fs.code.label(region.label)
+    fs.stack.reload_regs(len(fs.stack))
+
+
 def if_(fs: FunctionState, ins: Instr) -> None:
     slot, cond = fs.stack.pop()
     open_if(fs, ins, lambda target: fs.emit(jmp(Jmp.JEQ, fs.stack.read(slot, cond, T0), 0, target, w32=True)))

@@ -24,7 +24,7 @@ from .calls import DIRECT_ENTRY_INSNS, direct_entry, leaf_stub, return_label, re
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, Layout, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
-from .function import compile_function
+from .function import SPLIT_BRANCHES, compile_function
 from .inline import inline_small_functions
 from .options import Options
 from .state import CompileError, LoweredFunction, ModuleInfo
@@ -342,8 +342,8 @@ def library_needed(m: Module) -> set[str]:
 
 
 def choose_leaves(m: Module) -> frozenset[int]:
-    """Functions compiled as plain BPF functions: no calls, no loops, nothing that suspends. When there are
-    more than fit, the most-called win."""
+    """Functions compiled as plain BPF functions: no calls, no loops, nothing that suspends, and not too long.
+    When there are more than fit, the most-called win."""
     calls: dict[int, int] = {}
     for f in m.funcs:
         for ins in f.body:
@@ -351,7 +351,10 @@ def choose_leaves(m: Module) -> frozenset[int]:
                 assert isinstance(ins.imm, int)
                 calls[ins.imm] = calls.get(ins.imm, 0) + 1
     n = m.num_imported_funcs
-    cands = [n + k for k, f in enumerate(m.funcs) if not any(ins.op in _NOT_LEAF for ins in f.body)]
+    # a leaf is one BPF function, one path for the verifier: one too long to cut into regions
+    # (``function.SPLIT_BRANCHES``; every wasm instruction lowers to at most about one conditional jump)
+    cands = [n + k for k, f in enumerate(m.funcs)
+             if len(f.body) <= SPLIT_BRANCHES and not any(ins.op in _NOT_LEAF for ins in f.body)]
     cands.sort(key=lambda i: -calls.get(i, 0))
     return frozenset(cands[:MAX_LEAVES])
 
