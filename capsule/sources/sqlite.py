@@ -8,10 +8,11 @@ its own pin, and unpacks the files a build needs (``sqlite3.c``, ``sqlite3.h``, 
 ``shell.c``, ``VERSION``) as ``sqlite-3.52.0`` in the source cache.
 
 The build: the options of SQLite's own ``Makefile.fallback`` (no threads, no extension loading, no zone
-malloc, R*Tree on) on both sides, -O2. For wasm32-wasi SQLite configures itself (``SQLITE_WASI``: no WAL,
-no file locking, no ``mmap``); the shell needs ``system``, ``chmod``, ``realpath``, ``getpid``, ``signal``
-and ``getrusage``, all of which capsule's toolchain provides (``capsule/guest/libc``, wasi-libc's
-emulations), so nothing in SQLite's sources and no extra flag is needed for the guest.
+malloc, R*Tree on) and the math functions (on in its ``./configure``) on both sides, -O2. For wasm32-wasi
+SQLite configures itself (``SQLITE_WASI``: no WAL, no file locking, no ``mmap``); the shell needs
+``system``, ``chmod``, ``realpath``, ``getpid``, ``getpagesize``, ``signal`` and ``getrusage``, all of which
+capsule's toolchain provides (``capsule/guest/libc``, wasi-libc's emulations), so nothing in SQLite's sources
+and no extra flag is needed for the guest.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ INNER = "package/deps/sqlite-autoconf-3520000.tar.gz"
 INNER_SHA256 = "f6b50b0c103392af32a8be15b2b9d25959de9a00a70c3979128aafeaa5338b3f"
 INNER_TOP = "sqlite-autoconf-3520000"
 FILES = ("sqlite3.c", "sqlite3.h", "sqlite3ext.h", "shell.c", "VERSION", "README.txt")
-# SQLite's Makefile.fallback, both builds (the guest adds nothing: SQLITE_WASI is SQLite's own)
+# SQLite's Makefile.fallback, and the SQL math functions its ./configure enables by default; both builds (the
+# guest adds nothing: SQLITE_WASI is SQLite's own)
 CFLAGS = ("-O2", "-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION", "-DSQLITE_ENABLE_LOCKING_STYLE=0",
-          "-DSQLITE_WITHOUT_ZONEMALLOC", "-DSQLITE_ENABLE_RTREE", "-D_BSD_SOURCE")
+          "-DSQLITE_WITHOUT_ZONEMALLOC", "-DSQLITE_ENABLE_RTREE", "-DSQLITE_ENABLE_MATH_FUNCTIONS", "-D_BSD_SOURCE")
 WARNINGS = ("-w",)  # the amalgamation is large and clean enough; its few warnings are SQLite's business
 
 

@@ -196,7 +196,10 @@ def build_wasm(sources: Sequence[str | Path | Source], flags: Sequence[str] = ()
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode:
             names = ", ".join(s.path.name for s in srcs)
-            raise ToolchainError(f"linking {names} failed:\n{res.stderr.rstrip()}")
+            message = res.stderr.rstrip()
+            for o in objs:  # name the sources, not their objects in the cache
+                message = message.replace(str(o.path), f"{o.source.name} (object)")
+            raise ToolchainError(f"linking {names} failed:\n{message}")
         diagnostics += res.stderr
         os.replace(part, wasm)
     progress(BuildEvent("link", 1, 1, wasm.name))
