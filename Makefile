@@ -1,5 +1,5 @@
 # The two entry points of the README. Each runs the idempotent set-up first (apt packages, .venv).
-.PHONY: demo test setup lint
+.PHONY: demo test test-unprivileged setup lint
 
 setup:
 	@bash scripts/setup.sh
@@ -9,6 +9,10 @@ demo: setup
 
 test: setup
 	.venv/bin/python -m pytest -q -n 2 --dist loadfile
+
+# Every test not marked requires_bpf, run as `nobody`: proves the marker misses no test that needs the kernel.
+test-unprivileged: setup
+	bash tests/run_unprivileged.sh
 
 lint: setup
 	.venv/bin/ruff check capsule tests

@@ -16,6 +16,7 @@ from capsule.cli.common import (
     add_c_flags,
     compile_options,
     int_arg,
+    positive_int,
     progress_printer,
     read_spec,
 )
@@ -49,8 +50,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("args", nargs="*", help="integer arguments", type=int_arg)
     s.add_argument("--stats", action="store_true",
                    help="print verifier and run statistics (processed insns, load time, regions, invocations)")
-    s.add_argument("--budget", type=int, default=1 << 62,
-                   help="region transitions per kernel invocation before PENDING (the call is continued)")
+    s.add_argument("--budget", type=positive_int, default=1 << 62,
+                   help="region transitions per kernel invocation before PENDING (the call is continued); at "
+                        "least 1")
     add_build_options(s)
     s.set_defaults(func=cmd_call)
 
@@ -124,7 +126,7 @@ def cmd_call(args: argparse.Namespace) -> int:
             _, results = inst.func_types(index)
             with bpf_stats():
                 values = inst.call_index(index, list(args.args), budget=args.budget)
-                info = inst.prog.info()
+                run_time_ns = inst.run_time_ns()
         except GuestTrap as e:
             print(f"capsule: trap in {args.function}: {e.message}", file=sys.stderr)
             for name in e.backtrace:
@@ -133,10 +135,12 @@ def cmd_call(args: argparse.Namespace) -> int:
         for t, v in zip(results, values, strict=True):
             print(_show(t, v))
         if args.stats:
-            st = inst.prog.stats
-            print(f"processed insns: {st.processed_insns}\nverification time: {st.verification_time_usec} us\n"
-                  f"load time: {inst.load_seconds * 1000:.1f} ms\nregions executed: {inst.stats.transitions}\n"
-                  f"invocations: {inst.stats.invocations}\nrun_time_ns: {info.run_time_ns}", file=sys.stderr)
+            for prog in inst.programs:
+                st = prog.stats
+                print(f"{prog.name}: processed insns: {st.processed_insns if st else '?'}, verification time: "
+                      f"{st.verification_time_usec if st else '?'} us", file=sys.stderr)
+            print(f"load time: {inst.load_seconds * 1000:.1f} ms\nregions executed: {inst.stats.transitions}\n"
+                  f"invocations: {inst.stats.invocations}\nrun_time_ns: {run_time_ns}", file=sys.stderr)
     return 0
 
 

@@ -84,6 +84,14 @@ def progress_printer(stream: TextIO | None = None) -> Progress:
     return show if tty else quiet
 
 
+def positive_int(text: str) -> int:
+    """An integer of at least 1 (argparse refuses anything else with this message)."""
+    v = int_arg(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
 def add_c_flags(s: argparse.ArgumentParser) -> None:
     """-I/-D/-O/-l (and --cflag for anything else) collected in ``args.cflags`` for clang; without -O, C and C++
     are built at -O2 (``capsule.toolchain.guest.DEFAULT_OPT``)."""

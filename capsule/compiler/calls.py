@@ -19,7 +19,7 @@ from .code import Code, RegionKey
 from .dispatcher import leaf_name, phys_name
 from .emit import T0, T1, immediate
 from .state import FunctionState, LoweredFunction, Lowering
-from .values import CALLER_SAVED, FRAME, Entry, Slot
+from .values import CALLER_SAVED, FRAME, Entry, Slot, load_frame, store_frame
 from .variables import global_addr
 
 
@@ -92,7 +92,7 @@ def write_args(fs: FunctionState, base: int, k: int) -> None:
     for j in range(k):
         slot = base + j
         r = fs.stack.read(slot, fs.stack[slot], T0)
-        fs.emit(fs.callee_frame(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r)))
+        fs.emit(fs.callee_frame(store_frame(abi.FRAME_LOCALS + abi.SLOT * j, r)))
 
 
 def take_results(fs: FunctionState, ft: FuncType) -> None:
@@ -100,9 +100,9 @@ def take_results(fs: FunctionState, ft: FuncType) -> None:
     for j, t in enumerate(ft.results):
         slot = fs.stack.push(Slot(t))
         dst = fs.stack.dst(slot)
-        fs.emit(fs.callee_frame(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
+        fs.emit(fs.callee_frame(load_frame(dst, abi.FRAME_LOCALS + abi.SLOT * j)))
         if fs.stack.home(slot) is None:
-            fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), dst))
+            fs.emit(store_frame(fs.stack.spill_off(slot), dst))
 
 
 def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, region_on_stack: int | None, *,
@@ -119,7 +119,7 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     fs.stack.materialize_below(base)
     fs.stack.spill_regs(base)
     cont = fs.new_region()
-    fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), frame_insn(stx(8, FRAME, abi.FRAME_CALLER, T0)))
+    fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), frame_insn(store_frame(abi.FRAME_CALLER, T0)))
     ins = st(4, FRAME, abi.FRAME_RETURN, 0)
     fs.code.region_ref(ins, cont)
     fs.emit(frame_insn(ins))
@@ -288,7 +288,7 @@ def leaf_call(fs: FunctionState, ft: FuncType, callee: int) -> None:
     # the header makes the leaf's frame part of the chain a backtrace walks (any region of ours names us)
     ins = st(4, FRAME, abi.FRAME_RETURN, 0)
     fs.code.region_ref(ins, fs.regions[0])
-    fs.emit(ldx(8, R1, FP, BPF_FP_SCALAR), frame_insn(stx(8, FRAME, abi.FRAME_CALLER, R1)),
+    fs.emit(ldx(8, R1, FP, BPF_FP_SCALAR), frame_insn(store_frame(abi.FRAME_CALLER, R1)),
             frame_insn(ins), frame_insn(st(4, FRAME, abi.FRAME_RETURN + 4, 0)))
     fs.emit(fs.frame_relative(alu(Alu.ADD, R1, 0), "imm"), ldx(8, R2, FP, BPF_FIBER_SCALAR),
             call(leaf_name(callee)))

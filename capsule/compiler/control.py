@@ -21,7 +21,7 @@ from .calls import leave_return
 from .code import Code, RegionKey
 from .emit import T0, T1, immediate
 from .state import Ctl, FunctionState, Lowering
-from .values import FRAME, Slot
+from .values import Slot, load_frame, store_frame
 
 JumpTo = Callable[[str], None]  # emits a conditional jump to a label
 
@@ -130,7 +130,7 @@ def jump_to(fs: FunctionState, c: Ctl) -> None:
         # value loaded from the arena is one the verifier knows nothing about (fd_readdir's skip loop walked
         # 8,192 iterations without this).
         for n, r in c.widen:
-            fs.emit(stx(8, FRAME, fs.stack.local_off(n), r), ldx(8, r, FRAME, fs.stack.local_off(n)))
+            fs.emit(store_frame(fs.stack.local_off(n), r), load_frame(r, fs.stack.local_off(n)))
         jump_to_head(fs, c.label, c.region, c.base + len(c.params))
     else:
         c.targeted = True
@@ -260,7 +260,7 @@ def do_return(fs: FunctionState) -> None:
     for j in range(m):
         slot = h - m + j
         r = fs.stack.read(slot, fs.stack[slot], T0)
-        fs.emit(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r))
+        fs.emit(store_frame(abi.FRAME_LOCALS + abi.SLOT * j, r))
     if fs.leaf:  # back to the BPF caller: 0 means returned (anything else is a trap state)
         fs.emit(mov(T0, 0), exit_())
         return

@@ -7,7 +7,7 @@ which every fiber keeps in its own record.
 
 from __future__ import annotations
 
-from capsule.bpf.asm import FP, Reg, alu, jmp, ldx, mov, st, stx
+from capsule.bpf.asm import FP, Reg, alu, jmp, ldx, mov, stx
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import Instr, Op
 
@@ -15,7 +15,7 @@ from . import abi
 from .abi import BPF_FIBER, BPF_RUNTIME
 from .emit import T0, T1, immediate, slot_imm
 from .state import FunctionState, Lowering
-from .values import FRAME, Const, Local, Slot
+from .values import Const, Local, Slot, load_frame, store_frame, store_frame_imm
 
 
 def local_get(fs: FunctionState, ins: Instr) -> None:
@@ -30,9 +30,9 @@ def local_get(fs: FunctionState, ins: Instr) -> None:
         return
     slot = fs.stack.push(Slot(t))
     dst = fs.stack.dst(slot)
-    fs.emit(ldx(8, dst, FRAME, fs.stack.local_off(n)))
+    fs.emit(load_frame(dst, fs.stack.local_off(n)))
     if fs.stack.home(slot) is None:
-        fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), dst))
+        fs.emit(store_frame(fs.stack.spill_off(slot), dst))
 
 
 def set_local(fs: FunctionState, n: int, keep: bool) -> None:
@@ -50,10 +50,10 @@ def set_local(fs: FunctionState, n: int, keep: bool) -> None:
     if lr is not None:
         fs.stack.read_into(lr, slot, e)
     elif imm is not None:
-        fs.emit(st(8, FRAME, off, imm))
+        fs.emit(store_frame_imm(off, imm))
     else:
         r = fs.stack.read(slot, e, T0)
-        fs.emit(stx(8, FRAME, off, r))
+        fs.emit(store_frame(off, r))
     if not keep:
         fs.stack.pop()
     elif lr is not None:  # the value stays on the stack: it is the local's register now
@@ -90,7 +90,7 @@ def global_get(fs: FunctionState, ins: Instr) -> None:
     dst = fs.stack.dst(slot)
     fs.emit(ldx(8, dst, base, off))
     if fs.stack.home(slot) is None:
-        fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), dst))
+        fs.emit(store_frame(fs.stack.spill_off(slot), dst))
 
 
 def global_set(fs: FunctionState, ins: Instr) -> None:
@@ -99,6 +99,12 @@ def global_set(fs: FunctionState, ins: Instr) -> None:
     r = fs.stack.read(slot, e, T0)
     base, off = global_addr(fs, g)
     fs.emit(stx(8, base, off, r))
+    if g == fs.info.stack_pointer_global:
+        # the C stack pointer must stay within the fiber's C stack: past its bottom it would grow into the data
+        # below (output waiting to be drained, the heap), and wrap around past zero in a stack-first layout
+        trap = fs.trap_label(abi.Trap.STACK_OVERFLOW)
+        fs.emit(ldx(8, T1, T1, abi.FIBER_STACK_LOW), jmp(Jmp.JLT, r, T1, trap),
+                ldx(8, T1, FP, BPF_FIBER), ldx(8, T1, T1, abi.FIBER_STACK_HIGH), jmp(Jmp.JGT, r, T1, trap))
 
 
 def drop(fs: FunctionState, ins: Instr) -> None:

@@ -24,7 +24,7 @@ from capsule.bpf.uapi import MapFlags, MapType, ProgType
 
 from .arena import PAGE, Arena
 from .btf import load_btf, vmlinux_btf_id
-from .errors import BPFError, LoadError
+from .errors import BPFError, LoadError, VerifierError
 from .kconfig import kallsyms, kconfig_contents
 from .maps import Map, possible_cpus
 from .prog import Program
@@ -60,9 +60,13 @@ class Collection:
             for name in names:
                 if name not in spec.programs:
                     raise LoadError(f"no program named {name!r} (the object has: {', '.join(spec.programs)})")
-                coll.programs[name] = load_program(
-                    spec.programs[name], coll.maps, coll.btf_fd, log_level=log_level
-                )
+                try:
+                    coll.programs[name] = load_program(
+                        spec.programs[name], coll.maps, coll.btf_fd, log_level=log_level
+                    )
+                except VerifierError as e:
+                    e.program = name
+                    raise
             fill_prog_arrays(spec, coll.maps, coll.programs)
         except BaseException:
             coll.close()

@@ -68,7 +68,7 @@ CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
 DEFAULT_OPT = "-O2"  # what a build without an -O flag is optimised at
 DEFAULT_STACK = 1 << 20  # the C shadow stack (wasm-ld's default of 64 KiB overflows ordinary programs)
 DEFAULT_MAX_MEMORY = 1 << 30  # memory.grow fails past this, so malloc returns NULL instead of exhausting the host
-BUILD_VERSION = 2  # bump when the build recipe changes, so old cache entries are not reused
+BUILD_VERSION = 3  # bump when the build recipe changes, so old cache entries are not reused
 HEADER_NOTE = ("note: a capsule guest sees capsule's headers (capsule/guest/include), libc++, clang's own headers "
                f"and wasi-libc ({WASI_INCLUDE}); the host's /usr/include is not on its include path")
 
@@ -139,8 +139,10 @@ def compile_flags(user: Sequence[str]) -> list[str]:
 def _link_flags(user: Sequence[str]) -> list[str]:
     """The flags of the final link: only those that mean something to the linker reach it."""
     keep = [f for f in compile_flags(user) if f.startswith(("-l", "-L", "-Wl,", "-O", "-g", "-f", "-m"))]
-    # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through
-    out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table"]
+    # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through; the C stack's
+    # bounds for the runtime, which traps a stack pointer that leaves them (before the stack reaches the data)
+    out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table",
+           "-Wl,--export=__stack_low", "-Wl,--export=__stack_high"]
     if not any("--max-memory" in f for f in user):
         out.append(f"-Wl,--max-memory={DEFAULT_MAX_MEMORY}")
     return out + keep
