@@ -2,8 +2,8 @@
 
 ``slow`` marks a test that takes minutes (compiling a large program to BPF and loading it): it is deselected
 unless ``CAPSULE_SLOW=1`` is in the environment, so the regular suite keeps its small sample (every program
-under the wasmtime reference) and the full runs are one variable away. ``kernel_param()`` is the kernel engine
-as a test parameter: it needs BPF and, loading a large program, is slow.
+under the wasmtime reference, and wasm3 in the kernel) and the full runs are one variable away.
+``kernel_param()`` is the kernel engine as a test parameter: it needs BPF and, loading a large program, is slow.
 """
 
 from __future__ import annotations
