@@ -10,7 +10,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capsule.cli.common import about, add_build_options, add_c_flags, compile_options, int_arg, positive_int, read_spec
+from capsule.cli.common import (
+    about,
+    add_build_options,
+    add_c_flags,
+    compile_options,
+    int_arg,
+    positive_int,
+    progress_printer,
+    read_spec,
+)
 
 if TYPE_CHECKING:
     from capsule.bpf.spec import ObjectSpec
@@ -21,8 +30,10 @@ CALL_TRAP_STATUS = 2  # a trap is what the call returned: not an error of capsul
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("build", help="compile C/C++ sources or a WebAssembly module to a BPF object",
-                       description="Compile C/C++ sources (clang-19 to wasm32-wasi with capsule's WASI runtime) or a "
-                                   "wasm32 module to a BPF object of regions run by capsule's dispatcher.")
+                       description="Compile C/C++ sources (clang-19 to wasm32-wasi with capsule's WASI runtime, -O2 "
+                                   "unless an -O is given, one object per source cached by content and compiled side "
+                                   "by side) or a wasm32 module to a BPF object of regions run by capsule's "
+                                   "dispatcher.")
     s.add_argument("inputs", nargs="+", metavar="SRC", help="a .wasm module, or .c/.cc/.cpp sources")
     s.add_argument("-o", "--output", help="the BPF object to write (default: the first input with .bpf.o)")
     add_c_flags(s)
@@ -65,11 +76,26 @@ def build_c_object(sources: list[Path], flags: list[str], output: Path, options:
     from capsule.bpf.elf_write import write_object
     from capsule.compiler import compile_module
     from capsule.toolchain.guest import build_wasm
+    from capsule.toolchain.progress import BuildEvent
     from capsule.wasm import load
 
-    wasm = build_wasm(sources, flags).wasm
-    write_object(compile_module(load(wasm.read_bytes()), options), output)
+    show = progress_printer()
+    wasm = build_wasm(sources, flags, progress=show).wasm
+    show(BuildEvent("lower", 0, 1, wasm.name))
+    spec = compile_module(load(wasm.read_bytes()), options)
+    show(BuildEvent("lower", 1, 1, wasm.name))
+    write_object(spec, output)
     return output
+
+
+def object_summary(spec: ObjectSpec) -> str:
+    """``N BPF instructions, F physical functions`` and, for an object split across several BPF programs, in how
+    many (each program's entry function is not counted: it is the dispatcher)."""
+    progs = spec.programs.values()
+    insns = sum(i.slots() for p in progs for i in p.insns)
+    phys = sum(len(p.func_infos) - 1 for p in progs)
+    split = f" in {len(progs)} BPF programs" if len(progs) > 1 else ""
+    return f"{insns} BPF instructions, {phys} physical functions{split}"
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -94,9 +120,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     else:
         spec = compile_wasm(src, args)
         write_object(spec, out)
-    prog = spec.programs["capsule_run"]
-    print(f"{out}: {sum(i.slots() for i in prog.insns)} BPF instructions, {len(prog.func_infos) - 1} physical "
-          f"functions, built in {time.perf_counter() - t0:.2f} s")
+    print(f"{out}: {object_summary(spec)}, built in {time.perf_counter() - t0:.2f} s")
     return 0
 
 
