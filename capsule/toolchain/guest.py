@@ -27,6 +27,7 @@ from pathlib import Path
 
 from capsule.toolchain.cache import cache_dir
 from capsule.toolchain.clang import ToolchainError, tool
+from capsule.wasm import VARS_SECTION
 
 GUEST_DIR = Path(__file__).resolve().parent.parent / "guest"
 RUNTIME_SOURCES = (
@@ -36,6 +37,20 @@ RUNTIME_SOURCES = (
     GUEST_DIR / "crt" / "start.c",
     GUEST_DIR / "crt" / "sjlj.c",
 )
+# A program for a hook (``build_wasm(hook=True)``): no _start (the host calls capsule_hook_start, then the
+# handler), output to the ring buffer, malloc on a heap safe from every CPU at once; everything compiled with
+# real atomics (wasm's threads proposal: clang otherwise lowers C11 atomics to plain loads and stores).
+HOOK_RUNTIME_SOURCES = (
+    GUEST_DIR / "wasi" / "wasi_io.c",
+    GUEST_DIR / "wasi" / "memfs.c",
+    GUEST_DIR / "wasi" / "memfs_path.c",
+    GUEST_DIR / "crt" / "sjlj.c",
+    GUEST_DIR / "hook" / "heap.c",
+    GUEST_DIR / "hook" / "hook_rt.c",
+)
+# -fno-builtin-*: clang would turn fprintf(stdout, "text") into fwrite on the shared FILE, past the runtime's
+# own fprintf, which writes one ring record per call from the calling fiber's stack
+HOOK_FLAGS = ("-matomics", "-DCAPSULE_HOOK", "-fno-builtin-fprintf", "-fno-builtin-fputs")
 TARGET = "wasm32-wasi"
 #: the one set of source suffixes capsule builds (C++ gets clang++-19 and libc++); every command asks is_source
 C_SUFFIXES = (".c",)
@@ -74,7 +89,7 @@ def runtime_digest() -> str:
     """The content hash of the guest runtime (its sources and headers)."""
     h = hashlib.sha256()
     for p in sorted([*(GUEST_DIR / "wasi").rglob("*"), *(GUEST_DIR / "crt").rglob("*"),
-                     *(GUEST_DIR / "include").rglob("*")]):
+                     *(GUEST_DIR / "include").rglob("*"), *(GUEST_DIR / "hook").rglob("*")]):
         if p.suffix in (".c", ".h"):
             h.update(p.relative_to(GUEST_DIR).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
@@ -107,25 +122,29 @@ def _read_deps(dep: Path) -> list[Path]:
     return [Path(tok) for tok in rest.split() if tok]
 
 
-def _link_flags(user: Sequence[str]) -> list[str]:
+def _link_flags(user: Sequence[str], hook: bool = False) -> list[str]:
     """The flags of the final link: only those that mean something to the linker reach it."""
     keep = [f for f in user if f.startswith(("-l", "-L", "-Wl,", "-O", "-g", "-f", "-m"))]
     # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through; the C stack's
     # bounds for the runtime, which traps a stack pointer that leaves them (before the stack reaches the data)
     out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table",
            "-Wl,--export=__stack_low", "-Wl,--export=__stack_high"]
+    if hook:
+        out.append("-Wl,--no-entry")
     if not any("--max-memory" in f for f in user):
         out.append(f"-Wl,--max-memory={DEFAULT_MAX_MEMORY}")
     return out + keep
 
 
 def build_wasm(sources: Sequence[str | Path], flags: Sequence[str] = (), *, output: str | Path | None = None,
-               cache: Path | None = None) -> BuildResult:
+               cache: Path | None = None, hook: bool = False) -> BuildResult:
     """Build C/C++ ``sources`` (plus capsule's guest runtime) into a wasm32-wasi module.
 
     ``flags`` go to clang for every source and, where they concern linking (``-l``, ``-L``, ``-Wl,``), to the
     link. Raises ToolchainError with clang's diagnostics when a source does not compile or link. ``output``
-    gets a copy of the result; the result itself lives in the cache.
+    gets a copy of the result; the result itself lives in the cache. ``hook``: a program for an XDP or tc
+    hook (``HOOK_RUNTIME_SOURCES``), whose global variables are exported by name (the host reads and writes
+    them while it runs) with their sizes in a custom section (``VARS_SECTION``).
     """
     srcs = [Path(s) for s in sources]
     if not srcs:
@@ -136,10 +155,10 @@ def build_wasm(sources: Sequence[str | Path], flags: Sequence[str] = (), *, outp
         if not is_source(s):
             raise ToolchainError(f"{s}: not a C or C++ source ({', '.join(C_SUFFIXES + CXX_SUFFIXES)})")
     cxx = any(is_cxx(s) for s in srcs)
-    flags = list(flags)
+    flags = [*HOOK_FLAGS, *flags] if hook else list(flags)
     root = cache or cache_dir("build")
     h = hashlib.sha256()
-    h.update(json.dumps([BUILD_VERSION, _clang_version(), runtime_digest(), flags, cxx]).encode())
+    h.update(json.dumps([BUILD_VERSION, _clang_version(), runtime_digest(), flags, cxx, hook]).encode())
     for s in srcs:
         h.update(s.name.encode() + b"\0" + _sha(s.read_bytes()).encode())
     key = h.hexdigest()[:32]
@@ -159,19 +178,53 @@ def build_wasm(sources: Sequence[str | Path], flags: Sequence[str] = (), *, outp
             diagnostics.append(diag)
             deps.update(read)
             objs.append(obj)
-        objs += runtime_objects(root)
+        variables = _data_symbols(objs) if hook else {}
+        objs += runtime_objects(root, hook=hook)
         linker = tool("clang++-19" if cxx else "clang-19")
         part = Path(tmp) / "out.wasm"
-        cmd = [linker, *wasm_flags(cxx), *_link_flags(flags), *map(str, objs), "-o", str(part)]
+        exports = [f"-Wl,--export={name}" for name in variables]
+        cmd = [linker, *wasm_flags(cxx), *_link_flags(flags, hook), *exports, *map(str, objs), "-o", str(part)]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode:
             raise ToolchainError(f"linking {', '.join(s.name for s in srcs)} failed:\n{res.stderr.rstrip()}")
         diagnostics.append(res.stderr)
+        if hook:
+            with part.open("ab") as f:
+                f.write(custom_section(VARS_SECTION, json.dumps(variables).encode()))
         os.replace(part, wasm)
     record = {str(d.resolve()): _sha(d.read_bytes()) for d in deps if d.is_file()}
     manifest.write_text(json.dumps({"deps": record}))
     _copy_out(wasm, output)
     return BuildResult(wasm, False, "".join(diagnostics))
+
+
+def _data_symbols(objs: Sequence[Path]) -> dict[str, int]:
+    """The global variables the objects define, with their sizes in bytes (``llvm-nm``)."""
+    res = subprocess.run([tool("llvm-nm-19"), "--defined-only", "--print-size", *map(str, objs)],
+                         capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise ToolchainError(f"llvm-nm could not list the program's symbols:\n{res.stderr.rstrip()}")
+    out: dict[str, int] = {}
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in ("D", "B", "R"):
+            out[parts[3]] = int(parts[1], 16)
+    return out
+
+
+def custom_section(name: str, payload: bytes) -> bytes:
+    """A wasm custom section (id 0), to append to a module."""
+    body = _leb(len(name.encode())) + name.encode() + payload
+    return b"\0" + _leb(len(body)) + body
+
+
+def _leb(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def _deps_unchanged(manifest: Path) -> bool:
@@ -187,16 +240,20 @@ def _copy_out(wasm: Path, output: str | Path | None) -> None:
         shutil.copyfile(wasm, output)
 
 
-def runtime_objects(root: Path | None = None) -> list[Path]:
-    """The guest runtime compiled to wasm objects (cached by the runtime's content hash)."""
-    d = (root or cache_dir("build")) / f"runtime-{runtime_digest()[:16]}"
-    objs = [d / f"{src.stem}.o" for src in RUNTIME_SOURCES]
+def runtime_objects(root: Path | None = None, *, hook: bool = False) -> list[Path]:
+    """The guest runtime compiled to wasm objects (cached by the runtime's content hash); ``hook``: the
+    runtime of a hook program."""
+    sources = HOOK_RUNTIME_SOURCES if hook else RUNTIME_SOURCES
+    d = (root or cache_dir("build")) / f"runtime-{'hook-' if hook else ''}{runtime_digest()[:16]}"
+    objs = [d / f"{src.stem}.o" for src in sources]
     if all(o.is_file() for o in objs):
         return objs
     d.mkdir(parents=True, exist_ok=True)
-    for src, obj in zip(RUNTIME_SOURCES, objs, strict=True):
+    extra = list(HOOK_FLAGS) if hook else []
+    for src, obj in zip(sources, objs, strict=True):
         part = obj.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
-        cmd = [tool("clang-19"), *wasm_flags(False), "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
+        cmd = [tool("clang-19"), *wasm_flags(False), *extra, "-O2", "-Wall", "-Wextra", "-c", str(src), "-o",
+               str(part)]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode:
             raise ToolchainError(f"capsule's guest runtime does not compile ({src.name}):\n{res.stderr.rstrip()}")
