@@ -35,9 +35,11 @@ PKT_MAX = 16384  # bytes a packet buffer holds: the largest snap length
 
 
 class Verdict(IntEnum):
-    """What a handler returns. Any other value, like a budget exhaustion, a trap or an exit, gives the
-    packet the configured default verdict (PASS unless the user says otherwise)."""
+    """What a handler returns. DEFAULT, like a budget exhaustion, a trap or an exit, gives the packet the
+    configured default verdict (PASS unless the user says otherwise); so does any other value, counted as a
+    bad verdict."""
 
+    DEFAULT = 0
     PASS = 1
     DROP = 2
     TX = 3  # XDP only: send the packet back out of the interface it came in on
@@ -71,7 +73,7 @@ FB_PACKETS = 24  # u64 counters (kernel) from here
 FB_PASS = 32
 FB_DROP = 40
 FB_TX = 48
-FB_DEFAULTED = 56  # given the default verdict: the sum of the four below
+FB_DEFAULTED = 56  # given the default verdict: the four below, and the handler's own Verdict.DEFAULT
 FB_BUDGET = 64  # the handler used up its budget
 FB_TRAPS = 72
 FB_EXITS = 80

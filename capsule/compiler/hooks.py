@@ -306,7 +306,8 @@ def _outcomes(code: Code, kind: str) -> None:
               alu(Alu.SUB, R8, 1), ja("hook.loop"))
     code.label("hook.exit")
     code.emit(*_count(R6, h.FB_EXITS), ldx(8, R2, R7, abi.FIBER_EXIT_CODE), stx(8, R10, S_EV_CODE, R2),
-              st(8, R10, S_EV_REGION, 0), st(8, R10, S_EV_FP, 0), st(8, R10, S_EV_KIND, h.Record.EXIT),
+              mov(R2, abi.RETURN_TO_HOST, w32=True), stx(8, R10, S_EV_REGION, R2),  # no region: no backtrace
+              st(8, R10, S_EV_FP, 0), st(8, R10, S_EV_KIND, h.Record.EXIT),
               ja("hook.abandon"))
     code.label("hook.budget")
     code.emit(*_count(R6, h.FB_BUDGET), st(8, R10, S_EV_CODE, 0), mov(R2, R9, w32=True),
@@ -318,7 +319,8 @@ def _outcomes(code: Code, kind: str) -> None:
     code.emit(ldx(8, R1, R10, S_FP), addr_space_cast(R1, R1, 0, 1), ldx(4, R2, R1, abi.FRAME_LOCALS))
     for verdict in h.ACTIONS[kind]:
         code.emit(jmp(Jmp.JEQ, R2, int(verdict), f"hook.v{int(verdict)}", w32=True))
-    code.emit(*_count(R6, h.FB_BAD_VERDICT), ja("hook.default"))
+    code.emit(jmp(Jmp.JEQ, R2, int(h.Verdict.DEFAULT), "hook.default", w32=True),
+              *_count(R6, h.FB_BAD_VERDICT), ja("hook.default"))
     for verdict, action in h.ACTIONS[kind].items():
         code.label(f"hook.v{int(verdict)}")
         code.emit(mov(R1, int(action)), stx(8, R10, S_ACTION, R1), ja(f"hook.count{int(verdict)}"))

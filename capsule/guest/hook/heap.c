@@ -95,7 +95,11 @@ void heap_init(struct capsule_heap *h, uint32_t base, uint32_t limit, int locked
 static int lock(struct capsule_heap *h) {
     if (!h->locked)
         return 1;
+#ifdef __wasm__
     uint32_t me = (uint32_t)capsule_fiber() + 1;
+#else
+    uint32_t me = 1; /* a native build (capsule's tests of this allocator) */
+#endif
     for (;;) {
         uint32_t expected = 0;
         if (__atomic_compare_exchange_n(&h->lock, &expected, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -112,10 +116,14 @@ static void unlock(struct capsule_heap *h) {
 
 /* the shared heap starts on first use, over the memory above the program's data and stack */
 static void ensure(struct capsule_heap *h) {
+#ifdef __wasm__
     extern unsigned char __heap_base;
     if (h->start || h != &capsule_heap)
         return;
     heap_init(h, (uint32_t)(uintptr_t)&__heap_base, (uint32_t)__builtin_wasm_memory_size(0) * WASM_PAGE, 1, 1);
+#else
+    (void)h;
+#endif
 }
 
 /* take `bytes` more linear memory at the end of the heap: the old sentinel becomes a free chunk (or, when
@@ -123,6 +131,10 @@ static void ensure(struct capsule_heap *h) {
 static int grow(struct capsule_heap *h, uint32_t bytes) {
     if (!h->growable)
         return 0;
+#ifndef __wasm__
+    (void)bytes;
+    return 0;
+#else
     uint32_t pages = (bytes + 2 * MIN_CHUNK + WASM_PAGE - 1) / WASM_PAGE;
     size_t old = __builtin_wasm_memory_grow(0, pages);
     if (old == (size_t)-1)
@@ -156,6 +168,7 @@ static int grow(struct capsule_heap *h, uint32_t bytes) {
     h->end = end;
     make_free(h, c, size);
     return 1;
+#endif
 }
 
 /* a free chunk of at least `size` bytes, taken out of its list (0 if none) */
@@ -313,6 +326,7 @@ void *heap_realloc(struct capsule_heap *h, void *p, size_t n) {
         if (have - size >= 2 * MIN_CHUNK) { /* give back the tail, merged with a free chunk after it */
             keep = size;
             uint32_t tail = c + size, tsize = have - size, after = tail + tsize;
+            PREV(tail) = size;
             if (FREE(after)) {
                 bin_remove(h, after);
                 tsize += SIZE(after);

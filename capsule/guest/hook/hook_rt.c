@@ -148,6 +148,11 @@ void *calloc(size_t count, size_t size) {
 void *aligned_alloc(size_t align, size_t n) { return heap_alloc_aligned(&capsule_heap, align, n); }
 void *memalign(size_t align, size_t n) { return heap_alloc_aligned(&capsule_heap, align, n); }
 
+/* what the rest of wasi-libc calls dlmalloc by (atexit, locales): defined here, dlmalloc.o is never linked */
+void *__libc_malloc(size_t n) { return malloc(n); }
+void __libc_free(void *p) { free(p); }
+void *__libc_calloc(size_t count, size_t size) { return calloc(count, size); }
+
 int posix_memalign(void **out, size_t align, size_t n) {
     if (align < sizeof(void *) || align & (align - 1))
         return 22; /* EINVAL */

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 enum capsule_verdict {
+    CAPSULE_DEFAULT = 0, /* whatever the host chose for packets a handler does not decide (PASS unless told) */
     CAPSULE_PASS = 1, /* let the packet through (XDP_PASS, TC_ACT_OK) */
     CAPSULE_DROP = 2, /* drop it (XDP_DROP, TC_ACT_SHOT) */
     CAPSULE_TX = 3,   /* XDP only: send it back out of the interface it came in on (XDP_TX) */
