@@ -221,8 +221,8 @@ def wait(fs: FunctionState, memarg: MemArg, size: int) -> None:
         fs.dead = True
         fs.stack.push(Slot(I32))
         return
-        _effective(fs, base, memarg, size)
-        ne = fs.fresh("waitne")
+    _effective(fs, base, memarg, size)
+    ne = fs.fresh("waitne")
     fs.emit(addr_space_cast(T0, T0, 0, 1), ldx(size, T0, T0, 0), load_frame(T1, fs.stack.spill_off(base + 1)),
             jmp(Jmp.JNE, T0, T1, ne, w32=size == 4), mov(T0, 2), ja(ne + ".end"))
     fs.code.label(ne)

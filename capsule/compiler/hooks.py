@@ -60,7 +60,7 @@ from capsule.bpf.btf import BTF
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu, Atomic, Jmp
 from capsule.bpf.spec import MapSpec
-from capsule.bpf.uapi import Helper, MapType, ProgType
+from capsule.bpf.uapi import AttachType, Helper, MapType, ProgFlags, ProgType
 from capsule.wasm import VARS_SECTION, ExternKind, FuncType, Module, ValType
 
 from . import abi
@@ -70,7 +70,11 @@ from .dispatcher import PHYS_MASK, Layout, call_tree
 from .options import Options
 from .state import CompileError
 
-PROGRAM_TYPES = {"xdp": ("xdp", ProgType.XDP), "tc": ("tc", ProgType.SCHED_CLS)}
+# how each hook's entry program is declared: (ELF section, type, flags, expected attach type). XDP programs
+# take multi-buffer packets (frames larger than a page, e.g. on a veth with a 9000-byte MTU in native mode):
+# the handler gets the linear part, ``info->len`` says how long the whole packet is
+PROGRAM_TYPES = {"xdp": ("xdp.frags", ProgType.XDP, ProgFlags.XDP_HAS_FRAGS, AttachType.XDP),
+                 "tc": ("tc", ProgType.SCHED_CLS, 0, 0)}
 EMIT_FUNC = "capsule_emit"  # the global function behind the capsule.emit intrinsic
 HANDLER_TYPE = FuncType((ValType.I32, ValType.I32, ValType.I32), (ValType.I32,))
 
@@ -186,9 +190,10 @@ def _packet(code: Code, kind: str, data: Reg, end: Reg) -> None:
 
 def _capture(code: Code, kind: str) -> None:
     """Copy min(length, snap length, PKT_MAX) bytes of the packet into the fiber's buffer (S_CAPTURED, S_LEN)."""
-    if kind == "xdp":
+    if kind == "xdp":  # the length of all its buffers, of which the first is the linear part
+        code.emit(ldx(8, R1, R10, S_CTX), call_helper(Helper.XDP_GET_BUFF_LEN), stx(8, R10, S_LEN, R0))
         _packet(code, kind, R2, R3)
-        code.emit(mov(R4, R3), alu(Alu.SUB, R4, R2), stx(8, R10, S_LEN, R4))
+        code.emit(mov(R4, R3), alu(Alu.SUB, R4, R2))
     else:
         # the skb's length counts its paged part too; pull what the snap length asks into the linear part
         code.emit(ldx(8, R1, R10, S_CTX), ldx(4, R4, R1, SKB_LEN), stx(8, R10, S_LEN, R4))

@@ -202,8 +202,9 @@ def _program(layout: Layout, phys: list[_PhysCode], leaves: dict[str, LoweredFun
         starts = [*BOUNDED_FUNCS, *starts]
     for fn in starts:
         func_infos.append(FuncInfo(slots[total.position(total.labels[fn])], protos.func(fn)))
-    section, ptype = ("tc", ProgType.SCHED_CLS) if entry is None else hooks.PROGRAM_TYPES[opt.hook or ""]
-    ps = ProgramSpec(name, section, ptype, insns, func_infos=func_infos)
+    section, ptype, flags, attach = ("tc", ProgType.SCHED_CLS, 0, 0) if entry is None else \
+        hooks.PROGRAM_TYPES[opt.hook or ""]
+    ps = ProgramSpec(name, section, ptype, insns, func_infos=func_infos, flags=flags, expected_attach_type=attach)
     return ps, [(slots[total.position(i)], f) for i, f in func_starts]
 
 
