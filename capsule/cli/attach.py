@@ -23,7 +23,7 @@ from capsule.cli.common import about, add_c_flags, positive_int
 SUMMARY_EVERY = 5.0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("attach", help="run a packet handler or a Lua script on an XDP or tc hook",
                        description="Build, load and attach PROGRAM (.c/.cc sources with a CAPSULE_HANDLER, a "
                                    ".wasm, or a .bpf.o from capsule build --hook) or, with --lua, a Lua script, "

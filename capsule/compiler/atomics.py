@@ -48,7 +48,7 @@ from capsule.wasm import MemArg, Op, ValType
 
 from . import abi
 from .abi import BPF_MEM_BYTES, BPF_TEMP, BPF_TEMP2, BPF_TEMP3
-from .emit import T0, T1, borrow, immediate
+from .emit import T0, T1, borrow
 from .state import FunctionState, Lowering
 from .values import Slot, load_frame, store_frame
 
@@ -231,20 +231,35 @@ def wait(fs: FunctionState, memarg: MemArg, size: int) -> None:
     _result(fs, I32, 4)
 
 
+def _load(size: int, t: ValType) -> Lowering:
+    return lambda fs, ins: load(fs, ins.imm_as(MemArg), size, t)
+
+
+def _store(size: int) -> Lowering:
+    return lambda fs, ins: store(fs, ins.imm_as(MemArg), size)
+
+
+def _rmw(name: str, size: int, t: ValType) -> Lowering:
+    return lambda fs, ins: rmw(fs, ins.imm_as(MemArg), name, size, t)
+
+
+def _wait(size: int) -> Lowering:
+    return lambda fs, ins: wait(fs, ins.imm_as(MemArg), size)
+
+
 def _lowerings() -> dict[int, Lowering]:
     table: dict[int, Lowering] = {}
     for op, (size, t) in _LOADS.items():
-        table[op] = lambda fs, ins, size=size, t=t: load(fs, immediate(ins, MemArg), size, t)
+        table[op] = _load(size, t)
     for op, size in _STORES.items():
-        table[op] = lambda fs, ins, size=size: store(fs, immediate(ins, MemArg), size)
+        table[op] = _store(size)
     for k, name in enumerate(_OPS):
         for j, (size, t) in enumerate(_WIDTHS):
-            table[0xFE1E + 7 * k + j] = lambda fs, ins, name=name, size=size, t=t: rmw(
-                fs, immediate(ins, MemArg), name, size, t)
+            table[0xFE1E + 7 * k + j] = _rmw(name, size, t)
     table[Op.ATOMIC_FENCE] = lambda fs, ins: fence(fs)
-    table[Op.MEMORY_ATOMIC_NOTIFY] = lambda fs, ins: notify(fs, immediate(ins, MemArg))
-    table[Op.MEMORY_ATOMIC_WAIT32] = lambda fs, ins: wait(fs, immediate(ins, MemArg), 4)
-    table[Op.MEMORY_ATOMIC_WAIT64] = lambda fs, ins: wait(fs, immediate(ins, MemArg), 8)
+    table[Op.MEMORY_ATOMIC_NOTIFY] = lambda fs, ins: notify(fs, ins.imm_as(MemArg))
+    table[Op.MEMORY_ATOMIC_WAIT32] = _wait(4)
+    table[Op.MEMORY_ATOMIC_WAIT64] = _wait(8)
     return table
 
 

@@ -56,7 +56,7 @@ def check(read: Callable[[int, int], bytes], heap: int, *, max_chunks: int = 1 <
     data = read(start, end + 8 - start)
 
     def word(addr: int, k: int) -> int:
-        return struct.unpack_from("<I", data, addr - start + 4 * k)[0]
+        return int(struct.unpack_from("<I", data, addr - start + 4 * k)[0])
 
     free_chunks: dict[int, int] = {}
     chunks = used = 0

@@ -70,7 +70,7 @@ class LuaVMs:
         return bytes(mem[vm : vm + VM_SIZE]), region, bytes(mem[region : region + size])
 
     def state(self, f: int) -> int:
-        return struct.unpack_from("<I", self.prog.inst.mem, self._vm(f) + VM_STATE)[0]
+        return int(struct.unpack_from("<I", self.prog.inst.mem, self._vm(f) + VM_STATE)[0])
 
     def counts(self, f: int) -> dict[str, int]:
         at = self.counts_base + f * 8 * len(COUNTS)

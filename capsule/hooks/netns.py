@@ -10,10 +10,12 @@ hook runs before the packet taps, as XDP does, or after them, as tc does).
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -23,6 +25,24 @@ from capsule.kernel.link import run_in_netns
 T = TypeVar("T")
 A_IP4, B_IP4 = "10.199.0.1", "10.199.0.2"
 A_IP6, B_IP6 = "fd00:c5:1e::1", "fd00:c5:1e::2"
+RETRY_PAUSE = 0.0002  # seconds a sender waits when the peer's ring is full
+
+
+def send_all(s: socket.socket, frames: Iterable[bytes]) -> int:
+    """Send every frame; a frame the veth refused because its peer's ring was full (ENOBUFS: veth dropped it
+    before the peer's hook saw it) is sent again once the peer has drained a little."""
+    sent = 0
+    for f in frames:
+        while True:
+            try:
+                s.send(f)
+                break
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
+                    raise
+                time.sleep(RETRY_PAUSE)
+        sent += 1
+    return sent
 
 
 class NetnsError(OSError):
@@ -42,7 +62,11 @@ def namespaces() -> set[str]:
 
 
 class VethPair:
-    def __init__(self, *, mtu: int | None = None, tag: str | None = None) -> None:
+    def __init__(self, *, mtu: int | None = None, queues: int = 1, tag: str | None = None) -> None:
+        """``queues`` > 1 gives each end that many queues, transmit queue k of ``vb`` used by CPU k (XPS):
+        veth hands a frame to the receive queue of the same number, each with its own NAPI context run on
+        the CPU that sent into it, so native XDP on ``va`` runs on as many CPUs at once as there are
+        senders (with one queue, a second sender only adds to the ring the first CPU's NAPI is draining)."""
         tag = tag or uuid.uuid4().hex[:8]
         self.ns_a, self.ns_b = f"capsule-{tag}-a", f"capsule-{tag}-b"
         self.dev_a, self.dev_b = "va", "vb"
@@ -51,8 +75,9 @@ class VethPair:
             for ns in (self.ns_a, self.ns_b):
                 ip("netns", "add", ns)
                 self._made.append(ns)
-            ip("link", "add", self.dev_a, "netns", self.ns_a, "type", "veth", "peer", "name", self.dev_b,
-               "netns", self.ns_b)
+            nq = ("numtxqueues", str(queues), "numrxqueues", str(queues))
+            ip("link", "add", self.dev_a, "netns", self.ns_a, *nq, "type", "veth", "peer", "name", self.dev_b,
+               "netns", self.ns_b, *nq)
             for ns, dev, v4, v6 in ((self.ns_a, self.dev_a, A_IP4, A_IP6), (self.ns_b, self.dev_b, B_IP4, B_IP6)):
                 if mtu is not None:
                     ip("-n", ns, "link", "set", dev, "mtu", str(mtu))
@@ -60,6 +85,10 @@ class VethPair:
                 ip("-n", ns, "addr", "add", f"{v6}/64", "dev", dev, "nodad")
                 ip("-n", ns, "link", "set", dev, "up")
                 ip("-n", ns, "link", "set", "lo", "up")
+            for k in range(queues if queues > 1 else 0):
+                xps = f"/sys/class/net/{self.dev_b}/queues/tx-{k}/xps_cpus"
+                subprocess.run(["ip", "netns", "exec", self.ns_b, "tee", xps], input=f"{1 << k:x}\n", text=True,
+                               capture_output=True, check=True)
             self.mac_a = self.mac(self.ns_a, self.dev_a)
             self.mac_b = self.mac(self.ns_b, self.dev_b)
         except BaseException:
@@ -88,13 +117,9 @@ class VethPair:
         def body() -> int:
             if cpu is not None:
                 os.sched_setaffinity(0, {cpu})  # this thread only
-            sent = 0
             with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
                 s.bind((dev, 0))
-                for f in frames:
-                    s.send(f)
-                    sent += 1
-            return sent
+                return send_all(s, frames)
 
         return self.run_in(ns, body)
 
@@ -109,9 +134,7 @@ class VethPair:
                 with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
                     s.bind((self.dev_b, 0))
                     start.wait()
-                    for f in frames:
-                        s.send(f)
-                return len(frames)
+                    return send_all(s, frames)
             try:
                 results[k] = self.run_in(self.ns_b, body)
             except BaseException as e:  # handed to the caller below

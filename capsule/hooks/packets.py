@@ -16,7 +16,7 @@ SYN, ACK, FIN, RST, PSH = 0x02, 0x10, 0x01, 0x04, 0x08
 def checksum(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF
@@ -83,30 +83,30 @@ def tcp_options(*, mss: int | None = 1460, wscale: int | None = 7, sack: bool = 
 def random_frame(rng: random.Random, macs: tuple[bytes, bytes] = (b"\x02" * 6, b"\x04" * 6)) -> bytes:
     """A frame that is well formed more often than not: the kinds a parser must get right, and damaged
     copies of them (truncated, a wrong length field, random bytes)."""
-    v4 = [f"10.{rng.randrange(4)}.0.{rng.randrange(1, 5)}" for _ in range(2)]
-    v6 = [f"fd00::{rng.randrange(1, 5)}" for _ in range(2)]
-    ports = [rng.choice((53, 80, 443, 9999, rng.randrange(1024, 65536))) for _ in range(2)]
+    a4, b4 = (f"10.{rng.randrange(4)}.0.{rng.randrange(1, 5)}" for _ in range(2))
+    a6, b6 = (f"fd00::{rng.randrange(1, 5)}" for _ in range(2))
+    sport, dport = (rng.choice((53, 80, 443, 9999, rng.randrange(1024, 65536))) for _ in range(2))
     body = rng.randbytes(rng.randrange(0, 64))
     kind = rng.randrange(9)
     if kind == 0:
-        l3 = ipv4(*v4, UDP, udp(*v4, *ports, body))
+        l3 = ipv4(a4, b4, UDP, udp(a4, b4, sport, dport, body))
     elif kind == 1:
         opts = tcp_options(mss=rng.choice((None, 1460)), wscale=rng.choice((None, 7)), sack=rng.random() < .5,
                            timestamps=rng.choice((None, (rng.randrange(1 << 32), 0))), nops=rng.randrange(4))
-        l3 = ipv4(*v4, TCP, tcp(*v4, *ports, flags=rng.choice((SYN, SYN | ACK, ACK, FIN | ACK, RST)),
+        l3 = ipv4(a4, b4, TCP, tcp(a4, b4, sport, dport, flags=rng.choice((SYN, SYN | ACK, ACK, FIN | ACK, RST)),
                                  seq=rng.randrange(1 << 32), options=opts, payload=body))
     elif kind == 2:
-        l3 = ipv4(*v4, ICMP, icmp_echo(rng.randrange(65536), rng.randrange(65536), body))
+        l3 = ipv4(a4, b4, ICMP, icmp_echo(rng.randrange(65536), rng.randrange(65536), body))
     elif kind == 3:
-        l3 = ipv6(*v6, UDP, udp(*v6, *ports, body))
+        l3 = ipv6(a6, b6, UDP, udp(a6, b6, sport, dport, body))
     elif kind == 4:
-        l3 = ipv6(*v6, TCP, tcp(*v6, *ports, flags=SYN, options=tcp_options(nops=rng.randrange(3))))
+        l3 = ipv6(a6, b6, TCP, tcp(a6, b6, sport, dport, flags=SYN, options=tcp_options(nops=rng.randrange(3))))
     elif kind == 5:  # IPv6 with extension headers before the transport
-        inner = udp(*v6, *ports, body)
+        inner = udp(a6, b6, sport, dport, body)
         hop = bytes([UDP, 0]) + bytes(6)  # hop-by-hop, 8 bytes, next: UDP
-        l3 = ipv6(*v6, 0, hop + inner)
+        l3 = ipv6(a6, b6, 0, hop + inner)
     elif kind == 6:
-        l3 = ipv4(*v4, UDP, udp(*v4, *ports, body), options=b"\x01\x01\x01\x00")  # IHL 6
+        l3 = ipv4(a4, b4, UDP, udp(a4, b4, sport, dport, body), options=b"\x01\x01\x01\x00")  # IHL 6
     elif kind == 7:
         return ether(*macs, ETH_ARP, rng.randbytes(28))
     else:

@@ -246,4 +246,4 @@ class HookProgram:
         self.inst.mem[addr : addr + size] = data
 
     def u32(self, addr: int) -> int:
-        return struct.unpack_from("<I", self.inst.mem, addr)[0]
+        return int(struct.unpack_from("<I", self.inst.mem, addr)[0])
