@@ -36,6 +36,8 @@ class LuaVMs:
         self.prog = prog
         mem = prog.inst.mem
         data = script.encode()
+        for f in range(prog.fibers):  # a script loaded before (the VM's heap goes back to the shared one)
+            prog.call("capsule_lua_close", f)
         buf = prog.call("capsule_lua_setup", len(data), vm_heap)[0] & 0xFFFF_FFFF
         if not buf:
             raise HookError(f"the guest has no memory for a {len(data)}-byte script")

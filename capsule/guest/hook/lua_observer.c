@@ -202,6 +202,31 @@ static int l_write(lua_State *L) {
 }
 
 /* -- set-up, on the host's fiber --------------------------------------------------------------------------- */
+/* The libraries a packet script can use: not io (files), os (processes, the clock), package (loading code)
+ * or debug, which have nothing to do in a hook; leaving them out also keeps the program (and the time the
+ * verifier takes over it) smaller. */
+static void open_libs(lua_State *L) {
+    static const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base},       {LUA_COLIBNAME, luaopen_coroutine},
+                                    {LUA_TABLIBNAME, luaopen_table}, {LUA_STRLIBNAME, luaopen_string},
+                                    {LUA_MATHLIBNAME, luaopen_math}, {LUA_UTF8LIBNAME, luaopen_utf8}};
+    for (size_t i = 0; i < sizeof libs / sizeof *libs; i++) {
+        luaL_requiref(L, libs[i].name, libs[i].func, 1);
+        lua_pop(L, 1);
+    }
+}
+
+/* Close the VM of `fiber` and give its heap region back, so that another script can be loaded. */
+__attribute__((export_name("capsule_lua_close"))) void capsule_lua_close(int32_t fiber) {
+    if (fiber < 0 || fiber >= MAX_VMS)
+        return;
+    struct lua_vm *vm = &capsule_lua_vm[fiber];
+    if (vm->state == VM_EMPTY)
+        return;
+    vm->state = VM_EMPTY; /* first: the fiber's packets stop using the VM */
+    free((void *)(uintptr_t)vm->region);
+    memset((uint8_t *)vm + sizeof vm->state, 0, sizeof *vm - sizeof vm->state);
+    memset(&capsule_lua_count[fiber], 0, sizeof capsule_lua_count[fiber]);
+}
 __attribute__((export_name("capsule_lua_setup"))) char *capsule_lua_setup(uint32_t len, uint32_t heap_bytes) {
     free(script);
     script = malloc(len ? len : 1);
@@ -230,13 +255,13 @@ __attribute__((export_name("capsule_lua_open"))) int32_t capsule_lua_open(int32_
         return -1;
     vm->L = L;
     *(struct lua_vm **)lua_getextraspace(L) = vm;
-    luaL_openlibs(L);
+    open_libs(L);
     lua_pushcfunction(L, l_print);
     lua_setglobal(L, "print");
-    lua_getglobal(L, "io");
+    lua_newtable(L); /* io: only write, to the ring */
     lua_pushcfunction(L, l_write);
     lua_setfield(L, -2, "write");
-    lua_pop(L, 1);
+    lua_setglobal(L, "io");
     lua_pushinteger(L, CAPSULE_PASS);
     lua_setglobal(L, "PASS");
     lua_pushinteger(L, CAPSULE_DROP);
