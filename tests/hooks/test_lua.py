@@ -55,8 +55,9 @@ def test_the_packet_object(lua):
     _script(prog, """
         function on_packet(pkt)
           local a, b = pkt:byte(1, 2)
-          print(pkt:len(), #pkt, pkt:captured(), a, b, pkt:byte(-1), #pkt:sub(3, 14), pkt:sub(-2):byte(1), #pkt:sub(5, 2),
-                pkt:u8(0), pkt:u16(12), pkt:u32(10), pkt:u16(pkt:captured() - 1), pkt:u8(-1))  -- nil, then no value at all
+          -- the last two: nil (in the middle of the list), then no value at all
+          print(pkt:len(), #pkt, pkt:captured(), a, b, pkt:byte(-1), #pkt:sub(3, 14), pkt:sub(-2):byte(1),
+                #pkt:sub(5, 2), pkt:u8(0), pkt:u16(12), pkt:u32(10), pkt:u16(pkt:captured() - 1), pkt:u8(-1))
           return pkt:u8(0) == 0xff and DROP or PASS
         end""")
     frames = _frames(7, 60) + [b"\xff" * 200]
@@ -64,7 +65,9 @@ def test_the_packet_object(lua):
     want = []
     for f in frames:
         c = f[:SNAPLEN]
-        be = lambda off, n: str(int.from_bytes(c[off : off + n], "big"))  # noqa: E731
+
+        def be(off: int, n: int, c: bytes = c) -> str:
+            return str(int.from_bytes(c[off : off + n], "big"))
         want.append("\t".join([str(len(f)), str(len(f)), str(len(c)), str(c[0]), str(c[1]), str(c[-1]),
                                str(len(c[2:14])), str(c[-2]), "0", be(0, 1), be(12, 2), be(10, 4), "nil"]))
     assert ring.drain() == want
