@@ -25,6 +25,8 @@ from capsule.kernel.link import run_in_netns
 T = TypeVar("T")
 A_IP4, B_IP4 = "10.199.0.1", "10.199.0.2"
 A_IP6, B_IP6 = "fd00:c5:1e::1", "fd00:c5:1e::2"
+OPEN: set[str] = set()  # the namespaces this process has made and not yet deleted
+MADE: set[str] = set()  # every namespace this process has made (the names are unique)
 RETRY_PAUSE = 0.0002  # seconds a sender waits when the peer's ring is full
 
 
@@ -75,6 +77,8 @@ class VethPair:
             for ns in (self.ns_a, self.ns_b):
                 ip("netns", "add", ns)
                 self._made.append(ns)
+                OPEN.add(ns)
+                MADE.add(ns)
             nq = ("numtxqueues", str(queues), "numrxqueues", str(queues))
             ip("link", "add", self.dev_a, "netns", self.ns_a, *nq, "type", "veth", "peer", "name", self.dev_b,
                "netns", self.ns_b, *nq)
@@ -153,6 +157,7 @@ class VethPair:
     def close(self) -> None:
         for ns in reversed(self._made):
             ip("netns", "del", ns, check=False)
+            OPEN.discard(ns)
         self._made.clear()
 
     def __enter__(self) -> VethPair:

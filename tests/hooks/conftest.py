@@ -11,12 +11,14 @@ import pytest
 from capsule.bpf.spec import ObjectSpec
 from capsule.compiler import hook_abi as h
 from capsule.hooks.build import hook_object
+from capsule.hooks import netns
 from capsule.hooks.netns import VethPair, namespaces
 from capsule.hooks.program import HookProgram
 from capsule.hooks.ring import Event, Stream
 from capsule.kernel.ringbuf import RingBuffer
 
 PROGRAMS = Path(__file__).parent / "programs"
+PINS = Path("/sys/fs/bpf")
 EXAMPLES = Path(__file__).resolve().parents[2] / "capsule" / "examples"
 
 
@@ -76,3 +78,16 @@ def veth() -> Iterator[VethPair]:
         yield pair
     left = {pair.ns_a, pair.ns_b} & namespaces()
     assert not left, f"namespaces left behind: {left}"
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(no_kernel_fd_leak: None) -> Iterator[None]:
+    """After every hook test: no kernel object's fd left open (so no program, map or link of ours is alive:
+    a link ends with its fd, and nothing is pinned), no namespace of ours left (so no veth, and no XDP or tc
+    attachment on one), no pin."""
+    yield
+    assert not netns.OPEN, f"namespaces still open: {netns.OPEN}"
+    left = namespaces() & netns.MADE
+    assert not left, f"namespaces left behind: {left}"
+    if PINS.is_dir():
+        assert not [p for p in PINS.rglob("*") if "capsule" in p.name], "pins left behind"

@@ -146,3 +146,32 @@ def test_no_pins_are_made():
     pins = Path("/sys/fs/bpf")
     if pins.is_dir():
         assert not [p for p in pins.rglob("*") if "capsule" in p.name]
+
+
+@pytest.mark.parametrize("mode,kind,where", [(1, "budget", "on_packet"), (2, "budget", "recurse"),
+                                             (3, "trap", "divide"), (4, "trap", "wild")])
+def test_a_fault_on_live_traffic_gets_the_default_verdict_and_the_next_packet_runs(veth, faults_xdp, mode, kind,
+                                                                                     where):
+    """Faults with real packets: every faulting packet is let through (the default verdict: the receiver gets
+    it), reported with its guest backtrace, and the packets after it are handled normally."""
+    def udp(k: int) -> bytes:
+        return P.ether(veth.mac_a, veth.mac_b, P.ETH_IP4,
+                       P.ipv4(B_IP4, A_IP4, P.UDP, P.udp(B_IP4, A_IP4, 4000, 5000, b"%03d" % k)))
+
+    with HookProgram(faults_xdp, budget=200_000) as prog, Receiver(veth, 5000) as rx:
+        with Attachment(prog, veth.dev_a, netns=veth.ns_a, mode="native") as att:
+            prog.write("mode", mode)
+            assert veth.send([udp(k) for k in range(5)], cpu=0) == 5
+            got_faulty = rx.drain(5)
+            prog.write("mode", 0)
+            assert veth.send([udp(k) for k in range(5, 10)], cpu=0) == 5
+            got_after = rx.drain(5)
+            att.poll(0.3)
+            st = att.stats()
+        assert got_faulty == [b"%03d" % k for k in range(5)]  # the default verdict, PASS, let them through
+        assert got_after == [b"%03d" % k for k in range(5, 10)]
+        faults = [e for e in att.events if e.kind == kind]
+        assert len(faults) >= 5 and all(e.backtrace[0] == where for e in faults)  # and the chatter's
+        handled = [s for _, _, s in att.lines if s.startswith("packet ")]
+        assert len(handled) >= 5  # the five after the faults (and perhaps the namespace's own chatter)
+        assert st.defaulted == len(faults) == {"budget": st.budget, "trap": st.traps}[kind]
