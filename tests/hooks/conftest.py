@@ -10,8 +10,8 @@ import pytest
 
 from capsule.bpf.spec import ObjectSpec
 from capsule.compiler import hook_abi as h
-from capsule.hooks.build import hook_object
 from capsule.hooks import netns
+from capsule.hooks.build import hook_object
 from capsule.hooks.netns import VethPair, namespaces
 from capsule.hooks.program import HookProgram
 from capsule.hooks.ring import Event, Stream
