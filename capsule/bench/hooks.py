@@ -182,7 +182,7 @@ def plot(rows: list[Row], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("ns per packet (log scale)")
     ax.set_title("One packet on an XDP hook: the same parsing work")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
