@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from capsule.bpf.asm import FP, exit_, ja, jmp, ldx, may_goto, mov, st, stx
-from capsule.bpf.opcodes import Jmp
+from capsule.bpf.asm import FP, alu, exit_, ja, jmp, ldx, may_goto, mov, st, stx
+from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import BlockType, BrTable, Instr, Op
 
 from . import abi
@@ -168,6 +168,11 @@ def jump_to_head(fs: FunctionState, head: str, region: RegionKey, height: int) -
     through the dispatcher every time."""
     if fs.opt.may_goto:
         susp = fs.fresh("susp")
+        if fs.opt.hook is not None:
+            # on a hook every iteration is charged to the packet's budget (``hooks``): a handler looping for
+            # ever ends when its budget does, not after may_goto's quarter of a second
+            fs.emit(ldx(8, T1, FP, BPF_FIBER), ldx(8, T0, T1, abi.FIBER_RUN_BUDGET), jmp(Jmp.JEQ, T0, 0, susp),
+                    alu(Alu.SUB, T0, 1), stx(8, T1, abi.FIBER_RUN_BUDGET, T0))
         fs.emit(may_goto(susp), ja(head))
         _suspend_stub(fs, susp, height, region)
     else:

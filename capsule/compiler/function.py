@@ -15,7 +15,7 @@ from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import OP_MASK, Alu, Jmp
 from capsule.wasm import Instr, Op, op_name
 
-from . import abi, calls, control, floats, integers, memory, tables, variables
+from . import abi, atomics, calls, control, floats, integers, memory, tables, variables
 from .abi import BPF_FIBER, BPF_FP_SCALAR
 from .calls import direct_callee_entry
 from .dispatcher import frame_setup, leaf_name
@@ -34,7 +34,8 @@ def _merge(*tables: dict[int, Lowering]) -> dict[int, Lowering]:
 
 
 LOWERINGS: dict[int, Lowering] = _merge(control.LOWERINGS, calls.LOWERINGS, variables.LOWERINGS,
-                                        integers.LOWERINGS, floats.LOWERINGS, memory.LOWERINGS, tables.LOWERINGS)
+                                        integers.LOWERINGS, floats.LOWERINGS, memory.LOWERINGS, tables.LOWERINGS,
+                                        atomics.LOWERINGS)
 """Every opcode the compiler lowers, and how."""
 
 
