@@ -1,5 +1,5 @@
 """The verifier's cost of every compiled program the suite loads (issue 12.3): processed instructions per static
-instruction, reported at the end of the run and kept under ``RATIO_LIMIT``.
+instruction, reported at the end of the run against ``RATIO_TARGET`` and kept under ``RATIO_LIMIT``.
 
 Verification that grows faster than the program is how a compiler change quietly makes large programs stop
 loading; every compiled object a test loads is a sample. Each process (pytest-xdist workers included) records
@@ -21,23 +21,15 @@ import pytest
 from capsule.compiler import abi
 from capsule.kernel import collection
 
-RATIO_LIMIT = 2.0
-# tests whose programs are known to cost more (a test id prefix: a file, or a file and test function), with the
-# highest ratio measured when they were recorded; none may grow 10% past its figure. Small objects in the
-# no-may_goto profile pay for the dispatcher's unrolled loop, a fixed cost their few instructions do not
-# amortise; C programs with the WASI runtime (printf, malloc) and zlib walk branchy code whose states prune
-# poorly (issue 12.3 is open on these).
+RATIO_TARGET = 2.0  # issue 12.3's target: reported, with every program over it
+RATIO_LIMIT = 4.0  # a run fails past this: today's C programs with the WASI runtime (printf, malloc) are ~3.3
+# tests whose programs are known to cost more than the limit (a test id prefix), with the highest ratio measured
+# when they were recorded; none may grow 10% past its figure. Small objects in the no-may_goto profile pay for
+# the dispatcher's unrolled loop, a fixed cost their few instructions do not amortise.
 KNOWN = {
     "tests/compiler/test_differential.py::test_profiles_agree": 16.91,
     "tests/compiler/test_packing.py::test_many_physical_functions_agree_with_wasmtime": 11.04,
     "tests/compiler/test_differential.py::test_hash_table": 4.39,
-    "tests/compiler/test_differential.py::test_qsort_with_comparators": 2.96,
-    "tests/compiler/test_spec_exec.py::test_spec_file": 2.85,
-    "tests/thirdparty/test_zlib.py": 2.78,
-    "tests/wasi/test_foreign.py::test_wat_program_calls_fd_write_itself": 2.57,
-    "tests/wasi/test_programs.py": 3.34,
-    "tests/hooks/": 3.68,
-    "tests/toolchain/test_guest_headers.py": 2.71,
 }
 GROWTH = 1.1
 SMALL = 2000  # below this many instructions a ratio says little (a dispatcher alone is a few hundred)
@@ -108,7 +100,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     big = sorted((r for r in rows if r["static"] >= SMALL), key=lambda r: -r["processed"] / r["static"])
     tr = terminalreporter
     tr.section("verifier cost of compiled programs (processed / static instructions)")
-    tr.write_line(f"{len(rows)} programs loaded, {len(big)} of at least {SMALL} instructions; worst ratios:")
+    over = sum(r["processed"] > RATIO_TARGET * r["static"] for r in big)
+    tr.write_line(f"{len(rows)} programs loaded, {len(big)} of at least {SMALL} instructions, {over} of them over "
+                  f"the {RATIO_TARGET}x target; worst ratios:")
     for r in big[:SHOWN]:
         tr.write_line(f"  {r['processed'] / r['static']:5.2f}  {r['processed']:>9,} / {r['static']:>9,}  "
                       f"{r['program']}  {r['test']}")
