@@ -58,6 +58,17 @@ def test_a_changed_figure_is_reported(tmp_path, monkeypatch: pytest.MonkeyPatch)
     assert baselines.differences("sort", figures)[0] == ["sort has no baseline in baselines.json"]
 
 
+def test_a_tolerance_covers_only_its_program_and_figure(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(baselines, "FILE", tmp_path / "baselines.json")
+    figures = {"capsule_run.processed": 10_000, "transitions": 1_000_000}
+    baselines.bless("lua", figures)
+    baselines.bless("demo", figures)
+    assert baselines.differences("lua", {**figures, "transitions": 1_000_090}) == ([], [])
+    assert baselines.differences("lua", {**figures, "transitions": 1_000_200})[0]
+    assert baselines.differences("lua", {**figures, "capsule_run.processed": 10_001})[0]
+    assert baselines.differences("demo", {**figures, "transitions": 1_000_001})[0]
+
+
 def test_kernel_dependent_figures_are_compared_on_the_recorded_kernel_only(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(baselines, "FILE", tmp_path / "baselines.json")
     baselines.bless("fib", {"capsule_run.bpf_insns": 300, "capsule_run.processed": 480})
