@@ -10,7 +10,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capsule.cli.common import about, add_build_options, add_c_flags, compile_options, int_arg, positive_int, read_spec
+from capsule.cli.common import (
+    about,
+    add_build_options,
+    add_c_flags,
+    compile_options,
+    int_arg,
+    positive_int,
+    progress_printer,
+    read_spec,
+)
 
 if TYPE_CHECKING:
     from capsule.bpf.spec import ObjectSpec
@@ -21,8 +30,10 @@ CALL_TRAP_STATUS = 2  # a trap is what the call returned: not an error of capsul
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("build", help="compile C/C++ sources or a WebAssembly module to a BPF object",
-                       description="Compile C/C++ sources (clang-19 to wasm32-wasi with capsule's WASI runtime) or a "
-                                   "wasm32 module to a BPF object of regions run by capsule's dispatcher.")
+                       description="Compile C/C++ sources (clang-19 to wasm32-wasi with capsule's WASI runtime, -O2 "
+                                   "unless an -O is given, one object per source cached by content and compiled side "
+                                   "by side) or a wasm32 module to a BPF object of regions run by capsule's "
+                                   "dispatcher.")
     s.add_argument("inputs", nargs="+", metavar="SRC", help="a .wasm module, or .c/.cc/.cpp sources")
     s.add_argument("-o", "--output", help="the BPF object to write (default: the first input with .bpf.o)")
     add_c_flags(s)
@@ -67,7 +78,7 @@ def build_c_object(sources: list[Path], flags: list[str], output: Path, options:
     from capsule.toolchain.guest import build_wasm
     from capsule.wasm import load
 
-    wasm = build_wasm(sources, flags).wasm
+    wasm = build_wasm(sources, flags, progress=progress_printer()).wasm
     write_object(compile_module(load(wasm.read_bytes()), options), output)
     return output
 

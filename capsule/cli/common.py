@@ -1,5 +1,5 @@
 """What several commands share: reading an object, the C/C++ flags and code-generation options, integer
-arguments, the console, and the context an error is reported in (``about``)."""
+arguments, the console, a long build's progress line, and the context an error is reported in (``about``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 
 if TYPE_CHECKING:
     from capsule.bpf.spec import ObjectSpec
     from capsule.compiler import Options
+    from capsule.toolchain.progress import BuildEvent, Progress
+
+STAGE_VERBS = {"compile": "compiling", "link": "linking", "lower": "lowering", "verify": "verifying"}
 
 
 class Failure(Exception):
@@ -58,6 +61,29 @@ def int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r} (use decimal, 0x hex, or a minus sign)") from None
 
 
+def progress_printer(stream: TextIO | None = None) -> Progress:
+    """The build's progress as one status line on a terminal (``capsule: compiling 12/80 d_main.c``), rewritten
+    at each step and erased when the last step of a stage is done; nothing when ``stream`` (stderr) is not a
+    terminal, so pipes and logs get only the build's own messages."""
+    out = stream if stream is not None else sys.stderr
+
+    def show(event: BuildEvent) -> None:
+        verb = STAGE_VERBS.get(event.stage, event.stage)
+        out.write(f"\r\x1b[Kcapsule: {verb} {event.done}/{event.total} {event.item}")
+        if event.done == event.total:
+            out.write("\r\x1b[K")
+        out.flush()
+
+    def quiet(event: BuildEvent) -> None:
+        pass
+
+    try:
+        tty = out.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return show if tty else quiet
+
+
 def positive_int(text: str) -> int:
     """An integer of at least 1 (argparse refuses anything else with this message)."""
     v = int_arg(text)
@@ -67,8 +93,9 @@ def positive_int(text: str) -> int:
 
 
 def add_c_flags(s: argparse.ArgumentParser) -> None:
-    """-I/-D/-O/-l (and --cflag for anything else) collected in ``args.cflags`` for clang."""
-    c = s.add_argument_group("C/C++ build flags (passed to clang)")
+    """-I/-D/-O/-l (and --cflag for anything else) collected in ``args.cflags`` for clang; without -O, C and C++
+    are built at -O2 (``capsule.toolchain.guest.DEFAULT_OPT``)."""
+    c = s.add_argument_group("C/C++ build flags (passed to clang; -O2 unless an -O is given)")
     c.add_argument("-I", dest="cflags", action="append", type=lambda v: "-I" + v, default=[], metavar="DIR")
     c.add_argument("-D", dest="cflags", action="append", type=lambda v: "-D" + v, metavar="NAME[=VALUE]")
     c.add_argument("-O", dest="cflags", action="append", type=lambda v: "-O" + v, metavar="LEVEL")

@@ -19,11 +19,12 @@ import pwd
 import re
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capsule.sources.fetch import FetchError, RegistryUnavailable, cache_root, fetch_once, sha256_file, staged
+from capsule.sources.fetch import FetchError, RegistryUnavailable, cache_root, extract, fetch_once, sha256_file, staged
 
 DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -317,3 +318,80 @@ def _unpack(tarball: Path, tree: Path, digest: str) -> Path:
         tar.extractall(unpacked, filter="data")
         os.replace(unpacked / tops.pop(), top)
     return tree
+
+
+# -- a binary package at a pinned version ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class DebianBinary:
+    """One Debian binary package at an exact version, with the ``.deb``'s pinned SHA-256."""
+
+    package: str
+    version: str  # the Debian version ("0.12.1-2")
+    deb_sha256: str
+    arch: str = "all"
+
+    @property
+    def deb_name(self) -> str:
+        return f"{self.package}_{self.version.split(':', 1)[-1]}_{self.arch}.deb"
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.package}_{self.version.split(':', 1)[-1]}"
+
+
+def debian_binary(pkg: DebianBinary, members: Sequence[str], root: Path | None = None, run: Runner = subprocess.run,
+                  ) -> Path:
+    """Fetch a binary package at its pinned version and unpack ``members`` (paths inside the package, such as
+    ``usr/share/games/doom/freedoom1.wad``) into a tree of their own; return the tree.
+
+    ``apt-get download PACKAGE=VERSION`` goes through the machine's own package indexes (any Debian machine has
+    them, and apt checks the download against them); the ``.deb`` is then checked against the pin and a
+    different file is removed. Raises RegistryUnavailable when the package cannot be downloaded (no index
+    entry, no network), FetchError when it does not match its pin or lacks a member."""
+    root = root or cache_root()
+    tree = root / "debian-bin" / pkg.dirname
+
+    def fetch() -> Path:
+        deb = _download_binary(pkg, root / "debian-bin" / "debs", run)
+        with staged(tree, pkg.deb_sha256) as top:
+            top.mkdir()
+            _unpack_members(deb, members, top, run)
+        return tree
+
+    return fetch_once(tree, pkg.deb_sha256, fetch)
+
+
+def _download_binary(pkg: DebianBinary, dest: Path, run: Runner) -> Path:
+    deb = dest / pkg.deb_name
+    if deb.is_file() and sha256_file(deb) == pkg.deb_sha256:
+        return deb
+    dest.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "LC_ALL": "C", "DEBIAN_FRONTEND": "noninteractive"}
+    res = run(["apt-get", "download", "-q", "-o", f"APT::Sandbox::User={pwd.getpwuid(os.getuid()).pw_name}",
+               f"{pkg.package}={pkg.version}"], cwd=dest, env=env, capture_output=True, text=True,
+              timeout=APT_TIMEOUT_S, check=False)
+    if res.returncode != 0 or not deb.is_file():
+        raise RegistryUnavailable(f"cannot download {pkg.package} {pkg.version} with apt-get (is it in this "
+                                  f"machine's package lists? `apt-get update` fetches them): "
+                                  f"{last_lines(res.stderr or res.stdout)}")
+    got = sha256_file(deb)
+    if got != pkg.deb_sha256:
+        deb.unlink()
+        raise FetchError(f"{deb.name} has SHA-256 {got}, capsule pins {pkg.deb_sha256}: refusing it")
+    return deb
+
+
+def _unpack_members(deb: Path, members: Sequence[str], top: Path, run: Runner) -> None:
+    """Copy ``members`` out of the package's data archive (``dpkg-deb --fsys-tarfile``) into ``top``."""
+    with tempfile.TemporaryDirectory(prefix="capsule-deb-") as tmp:
+        data = Path(tmp) / "data.tar"
+        with open(data, "wb") as out:
+            res = run(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=out, stderr=subprocess.PIPE, check=False)
+        if res.returncode != 0:
+            raise FetchError(f"dpkg-deb cannot read {deb.name}: {(res.stderr or b'').decode().strip()[-300:]}")
+        wanted = {m.strip("/") for m in members}
+        with tarfile.open(data) as tar:
+            got = extract(tar, ".", top, lambda rel: rel in wanted)
+    missing = sorted(wanted - set(got))
+    if missing:
+        raise FetchError(f"{deb.name} has no {', '.join(missing)}")

@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import tarfile
 import tempfile
 import urllib.error
 import urllib.request
@@ -107,3 +108,25 @@ def download(url: str, path: Path, sha256: str, *, timeout: float = 120) -> Path
         raise FetchError(f"{path.name} has SHA-256 {got}, capsule pins {sha256}: refusing to build it")
     os.replace(part, path)
     return path
+
+
+def extract(tar: tarfile.TarFile, prefix: str, dest: Path, keep: Callable[[str], bool] = lambda rel: True) -> list[str]:
+    """Copy the regular files under ``prefix/`` in ``tar`` that ``keep`` accepts (it sees the path relative to
+    ``prefix``) into ``dest``, keeping their relative paths; the paths copied. Links, devices and any path that
+    would leave ``dest`` (absolute, ``..``) are skipped: a package's tree is plain files."""
+    base = prefix.rstrip("/") + "/"
+    copied = []
+    for member in tar.getmembers():
+        if not member.isfile() or not member.name.startswith(base):
+            continue
+        rel = member.name[len(base):]
+        parts = rel.split("/")
+        if not rel or rel.startswith("/") or ".." in parts or not keep(rel):
+            continue
+        data = tar.extractfile(member)
+        assert data is not None  # a regular file always has contents
+        target = dest.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data.read())
+        copied.append(rel)
+    return copied

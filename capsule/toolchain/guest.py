@@ -1,14 +1,23 @@
-"""C and C++ to wasm32-wasi with capsule's guest runtime linked in, cached by content hash.
+"""C and C++ to wasm32-wasi with capsule's guest runtime linked in, cached by content.
 
-The program is compiled by clang-19 (``--target=wasm32-wasi``, Debian's wasi-libc sysroot, libc++ without
-exceptions for C++) and linked with capsule's WASI runtime (``capsule/guest``): the runtime defines every
-``__imported_wasi_snapshot_preview1_*`` function wasi-libc calls, so the result imports nothing but the four
-``capsule.*`` intrinsics the compiler lowers inline. User flags pass through to clang (``-I -D -O -l -L -W
--std=...``).
+The program is compiled by clang-19 (``--target=wasm32-wasi``, Debian's wasi-libc, libc++ without exceptions
+for C++) against capsule's guest headers and linked with capsule's WASI runtime and libc layer
+(``capsule/guest``): the runtime defines every ``__imported_wasi_snapshot_preview1_*`` function wasi-libc
+calls, so the result imports nothing but the ``capsule.*`` intrinsics the compiler lowers inline, and the libc
+layer (``guest/libc``, headers in ``guest/include``) gives what wasi-libc lacks and ordinary programs call
+(``system``, ``chmod``, ``realpath``, ``getpid``, ``<pthread.h>``, the names of the ``FE_*`` rounding modes).
+wasi-libc's own emulations (``signal``, process clocks, ``mmap``) are always on. User flags pass through to
+clang (``-I -D -O -l -L -W -std=...``); without an ``-O`` the build is ``-O2``.
 
-Builds are cached in ``cache_dir("build")`` (``~/.cache/capsule/build``; see ``capsule.toolchain.cache``): the
-key hashes the sources, flags, runtime sources and clang's version; a hit is only used when every file the
-last build read (headers included, from clang's dependency output) still has the same content.
+The include path is exactly capsule's headers, libc++ (C++), clang's own headers and wasi-libc: clang's
+default for wasm32-wasi also searches ``/usr/local/include`` and ``/usr/include``, where a header wasi-libc
+lacks (``pthread.h``, glibc's ``sys/epoll.h``) would silently come from the host's C library and fail far
+from the cause; here it is "file not found", with a note saying where the guest's headers come from.
+
+Caching (``cache_dir("build")``, see ``capsule.toolchain.cache``): every source is one object, compiled on its
+own and cached by content (``capsule.toolchain.objects``), so a change to one file recompiles one file, and
+the sources are compiled side by side, one per core; the linked module is cached by the objects' contents,
+the link flags and the runtime's. ``progress`` hears of every object and of the link.
 """
 
 from __future__ import annotations
@@ -16,19 +25,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from capsule.toolchain.cache import cache_dir
 from capsule.toolchain.clang import ToolchainError, tool
+from capsule.toolchain.objects import Job, compile_objects, compiler_version, sha256_bytes, sha256_path
+from capsule.toolchain.progress import BuildEvent, Progress, no_progress
 
 GUEST_DIR = Path(__file__).resolve().parent.parent / "guest"
+GUEST_INCLUDE = GUEST_DIR / "include"  # capsule's headers: setjmp.h, pthread.h and wrappers of wasi-libc's
+LIBC_DIR = GUEST_DIR / "libc"  # what those headers declare and wasi-libc does not define
+#: Debian's wasi-libc and libc++ for wasm32 (packages wasi-libc, libc++-19-dev-wasm32)
+WASI_INCLUDE = Path("/usr/include/wasm32-wasi")
+WASI_CXX_INCLUDE = WASI_INCLUDE / "c++" / "v1"
 RUNTIME_SOURCES = (
     GUEST_DIR / "wasi" / "wasi_io.c",
     GUEST_DIR / "wasi" / "memfs.c",
@@ -36,20 +52,42 @@ RUNTIME_SOURCES = (
     GUEST_DIR / "crt" / "start.c",
     GUEST_DIR / "crt" / "sjlj.c",
 )
+#: the libc layer, one object per concern so that a program defining one of these itself keeps its own
+LIBC_SOURCES = tuple(LIBC_DIR / f"{name}.c" for name in ("system", "chmod", "realpath", "getpid", "getpagesize",
+                                                              "pthread"))
+LIBC_ARCHIVE = "libcapsule.a"
+#: wasi-libc's emulations, on for every program: the macros make its headers declare the functions, the
+#: archives define them (a program that uses none links none of their code)
+WASI_EMULATIONS = ("signal", "process-clocks", "mman")
+EMULATION_DEFINES = ("-D_WASI_EMULATED_SIGNAL", "-D_WASI_EMULATED_PROCESS_CLOCKS", "-D_WASI_EMULATED_MMAN",
+                     "-D_WASI_EMULATED_GETPID")  # getpid itself is capsule's (guest/libc/getpid.c)
 TARGET = "wasm32-wasi"
 #: the one set of source suffixes capsule builds (C++ gets clang++-19 and libc++); every command asks is_source
 C_SUFFIXES = (".c",)
 CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
+DEFAULT_OPT = "-O2"  # what a build without an -O flag is optimised at
 DEFAULT_STACK = 1 << 20  # the C shadow stack (wasm-ld's default of 64 KiB overflows ordinary programs)
 DEFAULT_MAX_MEMORY = 1 << 30  # memory.grow fails past this, so malloc returns NULL instead of exhausting the host
-BUILD_VERSION = 2  # bump when the build recipe changes, so old cache entries are not reused
+BUILD_VERSION = 3  # bump when the build recipe changes, so old cache entries are not reused
+HEADER_NOTE = ("note: a capsule guest sees capsule's headers (capsule/guest/include), libc++, clang's own headers "
+               f"and wasi-libc ({WASI_INCLUDE}); the host's /usr/include is not on its include path")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source file with flags for it alone (``build_wasm`` takes these besides plain paths): for the rare
+    program that needs a macro in one file only, such as DOOM's recipe (``capsule.sources.doom``)."""
+
+    path: Path
+    flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class BuildResult:
     wasm: Path
-    cached: bool
-    diagnostics: str  # clang's warnings (empty when cached)
+    cached: bool  # nothing was compiled or linked
+    diagnostics: str  # clang's warnings for what was compiled now (a cached object's are not repeated)
+    compiled: tuple[str, ...] = ()  # the sources compiled by this build (the others came from the cache)
 
 
 def is_source(path: str | Path) -> bool:
@@ -60,56 +98,47 @@ def is_cxx(path: str | Path) -> bool:
     return Path(path).suffix in CXX_SUFFIXES
 
 
-@cache
-def _clang_version() -> str:
-    res = subprocess.run([tool("clang-19"), "--version"], capture_output=True, text=True, check=False)
-    return res.stdout.splitlines()[0] if res.stdout else "?"
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def runtime_digest() -> str:
-    """The content hash of the guest runtime (its sources and headers)."""
+    """The content hash of the guest runtime (its sources and headers, the libc layer's too)."""
     h = hashlib.sha256()
-    for p in sorted([*(GUEST_DIR / "wasi").rglob("*"), *(GUEST_DIR / "crt").rglob("*"),
-                     *(GUEST_DIR / "include").rglob("*")]):
-        if p.suffix in (".c", ".h"):
-            h.update(p.relative_to(GUEST_DIR).as_posix().encode() + b"\0" + p.read_bytes())
+    for sub in ("wasi", "crt", "include", "libc"):
+        for p in sorted((GUEST_DIR / sub).rglob("*")):
+            if p.suffix in (".c", ".h"):
+                h.update(p.relative_to(GUEST_DIR).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
+def include_flags(cxx: bool) -> list[str]:
+    """The guest's whole include path, in order: capsule's headers (first, so that its wrappers are found
+    before wasi-libc's), libc++ for C++, then clang's own headers (implicit), then wasi-libc (-idirafter)."""
+    if not WASI_INCLUDE.is_dir():
+        raise ToolchainError(f"wasi-libc is not installed ({WASI_INCLUDE} is missing; run `make demo` or "
+                             "scripts/setup.sh)")
+    flags = ["-nostdlibinc", "-isystem", str(GUEST_INCLUDE)]
+    if cxx:
+        flags += ["-isystem", str(WASI_CXX_INCLUDE)]
+    return [*flags, "-idirafter", str(WASI_INCLUDE)]
+
+
 def wasm_flags(cxx: bool) -> list[str]:
-    # include/ first: it has what wasi-libc lacks (setjmp.h); setjmp/longjmp are lowered by clang (emscripten
-    # sjlj) onto invoke_* imports the compiler turns into unwind-catching calls
-    flags = [f"--target={TARGET}", f"-I{GUEST_DIR / 'include'}", f"-I{GUEST_DIR / 'crt'}",
+    """Every guest compile's flags before the user's: the target, the include path, wasi-libc's emulations,
+    and setjmp/longjmp lowered by clang (emscripten sjlj) onto invoke_* imports the compiler turns into
+    unwind-catching calls."""
+    flags = [f"--target={TARGET}", *include_flags(cxx), f"-I{GUEST_DIR / 'crt'}", *EMULATION_DEFINES,
              "-mllvm", "-enable-emscripten-sjlj", "-Wno-unused-command-line-argument"]
     if cxx:
         flags += ["-fno-exceptions"]
     return flags
 
 
-def _compile(src: Path, obj: Path, flags: Sequence[str], cxx: bool) -> tuple[str, list[Path]]:
-    """Compile one source; return clang's diagnostics and the files it read."""
-    dep = obj.with_suffix(".d")
-    compiler = tool("clang++-19" if cxx else "clang-19")
-    cmd = [compiler, *wasm_flags(cxx), *flags, "-MD", "-MF", str(dep), "-c", str(src), "-o", str(obj)]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if res.returncode:
-        raise ToolchainError(f"{src.name} does not compile:\n{res.stderr.rstrip()}")
-    return res.stderr, _read_deps(dep)
-
-
-def _read_deps(dep: Path) -> list[Path]:
-    text = dep.read_text().replace("\\\n", " ")
-    _, _, rest = text.partition(":")
-    return [Path(tok) for tok in rest.split() if tok]
+def compile_flags(user: Sequence[str]) -> list[str]:
+    """The user's flags as the compiler gets them: ``-O2`` first unless they choose a level."""
+    return list(user) if any(f.startswith("-O") for f in user) else [DEFAULT_OPT, *user]
 
 
 def _link_flags(user: Sequence[str]) -> list[str]:
     """The flags of the final link: only those that mean something to the linker reach it."""
-    keep = [f for f in user if f.startswith(("-l", "-L", "-Wl,", "-O", "-g", "-f", "-m"))]
+    keep = [f for f in compile_flags(user) if f.startswith(("-l", "-L", "-Wl,", "-O", "-g", "-f", "-m"))]
     # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through; the C stack's
     # bounds for the runtime, which traps a stack pointer that leaves them (before the stack reaches the data)
     out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table",
@@ -119,67 +148,76 @@ def _link_flags(user: Sequence[str]) -> list[str]:
     return out + keep
 
 
-def build_wasm(sources: Sequence[str | Path], flags: Sequence[str] = (), *, output: str | Path | None = None,
-               cache: Path | None = None) -> BuildResult:
-    """Build C/C++ ``sources`` (plus capsule's guest runtime) into a wasm32-wasi module.
-
-    ``flags`` go to clang for every source and, where they concern linking (``-l``, ``-L``, ``-Wl,``), to the
-    link. Raises ToolchainError with clang's diagnostics when a source does not compile or link. ``output``
-    gets a copy of the result; the result itself lives in the cache.
-    """
-    srcs = [Path(s) for s in sources]
+def _sources(sources: Sequence[str | Path | Source]) -> list[Source]:
+    srcs = [s if isinstance(s, Source) else Source(Path(s)) for s in sources]
     if not srcs:
         raise ToolchainError("no source files given")
     for s in srcs:
-        if not s.is_file():
-            raise ToolchainError(f"{s}: no such file")
-        if not is_source(s):
-            raise ToolchainError(f"{s}: not a C or C++ source ({', '.join(C_SUFFIXES + CXX_SUFFIXES)})")
-    cxx = any(is_cxx(s) for s in srcs)
+        if not s.path.is_file():
+            raise ToolchainError(f"{s.path}: no such file")
+        if not is_source(s.path):
+            raise ToolchainError(f"{s.path}: not a C or C++ source ({', '.join(C_SUFFIXES + CXX_SUFFIXES)})")
+    return srcs
+
+
+def build_wasm(sources: Sequence[str | Path | Source], flags: Sequence[str] = (), *,
+               output: str | Path | None = None, cache: Path | None = None, workers: int | None = None,
+               progress: Progress = no_progress) -> BuildResult:
+    """Build C/C++ ``sources`` (plus capsule's guest runtime) into a wasm32-wasi module.
+
+    ``flags`` go to clang for every source (a ``Source`` adds its own) and, where they concern linking
+    (``-l``, ``-L``, ``-Wl,``), to the link. Raises ToolchainError with clang's diagnostics when a source does
+    not compile or link. ``output`` gets a copy of the result; the result itself lives in the cache.
+    ``workers`` compiles run at once (default: one per core); ``progress`` hears of each object and the link.
+    """
+    srcs = _sources(sources)
+    cxx = any(is_cxx(s.path) for s in srcs)
     flags = list(flags)
     root = cache or cache_dir("build")
-    h = hashlib.sha256()
-    h.update(json.dumps([BUILD_VERSION, _clang_version(), runtime_digest(), flags, cxx]).encode())
-    for s in srcs:
-        h.update(s.name.encode() + b"\0" + _sha(s.read_bytes()).encode())
-    key = h.hexdigest()[:32]
+    jobs = [Job(tool("clang++-19" if is_cxx(s.path) else "clang-19"),
+                (*wasm_flags(is_cxx(s.path)), *compile_flags(flags), *s.flags), s.path) for s in srcs]
+    try:
+        objs = compile_objects(jobs, root / "obj", workers=workers, progress=progress)
+    except ToolchainError as e:
+        raise ToolchainError(_explain(str(e))) from None
+    runtime = runtime_objects(root)
+    linker = tool("clang++-19" if cxx else "clang-19")
+    link = [*wasm_flags(cxx), *_link_flags(flags)]
+    key = sha256_bytes(json.dumps([BUILD_VERSION, compiler_version(linker), link, WASI_EMULATIONS,
+                                   [o.digest for o in objs], [sha256_path(r) for r in runtime]]).encode())[:32]
     wasm = root / f"{key}.wasm"
-    manifest = root / f"{key}.json"
-    if wasm.is_file() and manifest.is_file() and _deps_unchanged(manifest):
+    compiled = tuple(o.source.name for o in objs if not o.cached)
+    diagnostics = "".join(o.diagnostics for o in objs)
+    if wasm.is_file():
+        progress(BuildEvent("link", 1, 1, wasm.name, cached=True))
         _copy_out(wasm, output)
-        return BuildResult(wasm, True, "")
-    root.mkdir(parents=True, exist_ok=True)
-    diagnostics: list[str] = []
-    deps: set[Path] = set()
+        return BuildResult(wasm, not compiled, diagnostics, compiled)
     with tempfile.TemporaryDirectory(prefix="capsule-build-") as tmp:
-        objs = []
-        for i, s in enumerate(srcs):
-            obj = Path(tmp) / f"{i}-{s.stem}.o"
-            diag, read = _compile(s, obj, flags, is_cxx(s))
-            diagnostics.append(diag)
-            deps.update(read)
-            objs.append(obj)
-        objs += runtime_objects(root)
-        linker = tool("clang++-19" if cxx else "clang-19")
         part = Path(tmp) / "out.wasm"
-        cmd = [linker, *wasm_flags(cxx), *_link_flags(flags), *map(str, objs), "-o", str(part)]
+        cmd = [linker, *link, *(str(o.path) for o in objs), *map(str, runtime), *_emulation_libs(), "-o", str(part)]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode:
-            raise ToolchainError(f"linking {', '.join(s.name for s in srcs)} failed:\n{res.stderr.rstrip()}")
-        diagnostics.append(res.stderr)
+            names = ", ".join(s.path.name for s in srcs)
+            message = res.stderr.rstrip()
+            for o in objs:  # name the sources, not their objects in the cache
+                message = message.replace(str(o.path), f"{o.source.name} (object)")
+            raise ToolchainError(f"linking {names} failed:\n{message}")
+        diagnostics += res.stderr
         os.replace(part, wasm)
-    record = {str(d.resolve()): _sha(d.read_bytes()) for d in deps if d.is_file()}
-    manifest.write_text(json.dumps({"deps": record}))
+    progress(BuildEvent("link", 1, 1, wasm.name))
     _copy_out(wasm, output)
-    return BuildResult(wasm, False, "".join(diagnostics))
+    return BuildResult(wasm, False, diagnostics, compiled)
 
 
-def _deps_unchanged(manifest: Path) -> bool:
-    try:
-        deps = json.loads(manifest.read_text())["deps"]
-        return all(_sha(Path(p).read_bytes()) == digest for p, digest in deps.items())
-    except (OSError, ValueError, KeyError):
-        return False
+def _emulation_libs() -> list[str]:
+    return [f"-lwasi-emulated-{name}" for name in WASI_EMULATIONS]
+
+
+def _explain(message: str) -> str:
+    """A compile error, with a note on where the guest's headers come from when one was not found."""
+    if re.search(r"fatal error: '[^']+' file not found", message):
+        return f"{message}\n{HEADER_NOTE}"
+    return message
 
 
 def _copy_out(wasm: Path, output: str | Path | None) -> None:
@@ -188,20 +226,37 @@ def _copy_out(wasm: Path, output: str | Path | None) -> None:
 
 
 def runtime_objects(root: Path | None = None) -> list[Path]:
-    """The guest runtime compiled to wasm objects (cached by the runtime's content hash)."""
+    """The guest runtime compiled to wasm objects, and the libc layer as an archive (``libcapsule.a``: its
+    members are linked only where the program does not define the function itself), cached by the runtime's
+    content hash."""
     d = (root or cache_dir("build")) / f"runtime-{runtime_digest()[:16]}"
     objs = [d / f"{src.stem}.o" for src in RUNTIME_SOURCES]
-    if all(o.is_file() for o in objs):
-        return objs
+    archive = d / LIBC_ARCHIVE
+    if all(o.is_file() for o in objs) and archive.is_file():
+        return [*objs, archive]
     d.mkdir(parents=True, exist_ok=True)
+    tag = f"{os.getpid()}.{threading.get_ident()}"
     for src, obj in zip(RUNTIME_SOURCES, objs, strict=True):
-        part = obj.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
-        cmd = [tool("clang-19"), *wasm_flags(False), "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if res.returncode:
-            raise ToolchainError(f"capsule's guest runtime does not compile ({src.name}):\n{res.stderr.rstrip()}")
-        os.replace(part, obj)
-    return objs
+        _compile_runtime(src, obj, tag)
+    members = [d / f"libc-{src.stem}.o" for src in LIBC_SOURCES]
+    for src, obj in zip(LIBC_SOURCES, members, strict=True):
+        _compile_runtime(src, obj, tag)
+    part = archive.with_suffix(f".{tag}.part")
+    res = subprocess.run([tool("llvm-ar-19"), "rcs", str(part), *map(str, members)], capture_output=True,
+                         text=True, check=False)
+    if res.returncode:
+        raise ToolchainError(f"capsule's libc layer cannot be archived:\n{res.stderr.rstrip()}")
+    os.replace(part, archive)
+    return [*objs, archive]
+
+
+def _compile_runtime(src: Path, obj: Path, tag: str) -> None:
+    part = obj.with_suffix(f".{tag}.part")
+    cmd = [tool("clang-19"), *wasm_flags(False), "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise ToolchainError(f"capsule's guest runtime does not compile ({src.name}):\n{res.stderr.rstrip()}")
+    os.replace(part, obj)
 
 
 # -- the runtime as a module of its own, for wasm32-wasi programs built elsewhere ------------------------------
@@ -257,7 +312,8 @@ def build_standalone_runtime(base: int, root: Path | None = None) -> Path:
             part = obj.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
             # -fno-builtin: standalone.c defines memcpy & co., which must not be compiled into calls to themselves
             extra = ["-fno-builtin"] if src.parent == STANDALONE_DIR else []
-            cmd = [tool("clang-19"), f"--target={TARGET}", f"-I{GUEST_DIR / 'crt'}", "-O2", "-mbulk-memory",
+            cmd = [tool("clang-19"), f"--target={TARGET}", "-nostdlibinc", "-idirafter", str(WASI_INCLUDE),
+                   f"-I{GUEST_DIR / 'crt'}", "-O2", "-mbulk-memory",
                    "-Wall", "-Wextra", *extra, "-c", str(src), "-o", str(part)]
             res = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if res.returncode:
