@@ -14,5 +14,7 @@ test: setup
 test-unprivileged: setup
 	bash tests/run_unprivileged.sh
 
+# ruff over the code and the tests; mypy over capsule/ (its files and strictness are in pyproject.toml)
 lint: setup
 	.venv/bin/ruff check capsule tests
+	.venv/bin/mypy

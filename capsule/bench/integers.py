@@ -211,7 +211,7 @@ def run_wasmtime(wasm: bytes, n: int, reps: int, clock: Any = time.perf_counter_
         times.append(clock() - t0)
         if r != result:
             raise BenchError(f"wasmtime gave {r}, then {result}")
-    return int(result), times  # type: ignore[arg-type]
+    return int(result), times
 
 
 def run_kernel(wasm: bytes, n: int, reps: int, row: KernelResult, options: Options | None = None) -> int:
@@ -314,7 +314,7 @@ def machine() -> dict[str, str]:
 
 
 # -- command line --------------------------------------------------------------------------------------------
-def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``bench integers`` in the ``bench`` group (``capsule.cli.bench``)."""
     p = bench.add_parser(
         "integers",

@@ -22,6 +22,7 @@ and ``call_kfunc`` keep their ``ref`` for the loader.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import replace
 
 from capsule.ints import signed, unsigned
@@ -415,13 +416,7 @@ _INVERSE = {
 }
 
 
-def _patched_by_kernel(ins: Insn) -> bool:
-    cls, op = ins.code & 0x07, ins.code & 0xF0
-    if cls in (Class.JMP, Class.JMP32):
-        return op == Jmp.JCOND or (op == Jmp.CALL and ins.src == 0)  # may_goto, helper calls
-    if cls in (Class.ALU, Class.ALU64):
-        return op in (Alu.DIV, Alu.MOD) and ins.code & 0x08 == Src.X
-    return False
+_DIVMOD = (Alu.DIV, Alu.MOD)  # by a register: the kernel adds a zero check (may_goto, helper calls: see below)
 
 
 def _is_conditional(ins: Insn) -> bool:
@@ -457,50 +452,69 @@ def resolve_mapped(insns: list[Insn], labels: dict[str, int] | None = None, *,
                 raise AsmError(f"instruction {idx} ({ins!r}) refers to undefined label {ins.ref!r}")
             if not 0 <= table[ins.ref] < len(insns):
                 raise AsmError(f"label {ins.ref!r} (used by instruction {idx}) is past the last instruction")
-    patched = [0]
-    for ins in insns:
-        patched.append(patched[-1] + _patched_by_kernel(ins))
-    far: set[int] = set()  # conditional jumps that take the long form
-    while True:
-        slots = _slots(insns, far)
-        grown = False
-        for idx, ins in enumerate(insns):
-            if not _is_label_ref(ins) or not _is_conditional(ins) or idx in far or not relax:
-                continue
-            target = table[ins.ref]  # type: ignore[index]
-            delta = slots[target] - slots[idx] - 1
-            if abs(delta) + PATCH_SLOTS * abs(patched[target] - patched[idx]) >= 1 << 15:
-                far.add(idx)
-                grown = True
+    patched = [0]  # instructions the kernel expands before each instruction (and the end)
+    base = [0]  # slot offset of every instruction (and one past the end) before any jump grows
+    refs: list[tuple[int, int]] = []  # (instruction, target) of every label reference
+    npatched = nslots = 0
+    for idx, ins in enumerate(insns):  # the hot loop of a large build: plain reads, no properties
+        code = ins.code
+        cls = code & 0x07
+        if cls == Class.JMP or cls == Class.JMP32:
+            op = code & 0xF0
+            if op == Jmp.JCOND or (op == Jmp.CALL and ins.src == 0):
+                npatched += 1
+        elif (cls == Class.ALU or cls == Class.ALU64) and code & 0x08 == Src.X and code & 0xF0 in _DIVMOD:
+            npatched += 1
+        patched.append(npatched)
+        nslots += 2 if code == LD_IMM64 else 1
+        base.append(nslots)
+        if ins.ref is not None and _is_label_ref(ins):
+            refs.append((idx, table[ins.ref]))
+    # Grow conditional jumps to their long form until none is out of reach: growing one moves others.
+    far: dict[int, int] = {}  # conditional jumps that take the long form -> the slots their form adds
+    candidates = [(idx, target) for idx, target in refs if _is_conditional(insns[idx])] if relax else []
+    while candidates:
+        slots = _Slots(base, far)
+        grown = [(idx, target) for idx, target in candidates
+                 if abs(slots.at(target) - slots.at(idx) - 1) + PATCH_SLOTS * abs(patched[target] - patched[idx])
+                 >= 1 << 15]
         if not grown:
             break
+        for idx, _ in grown:
+            far[idx] = _long_extra(insns[idx])
+        candidates = [c for c in candidates if c[0] not in far]
+    slots = _Slots(base, far)
     out: list[Insn] = []
     where: list[int] = []  # index in ``out`` of every input instruction
+    targets = dict(refs)
     for idx, ins in enumerate(insns):
         where.append(len(out))
-        if not _is_label_ref(ins):
+        target = targets.get(idx)
+        if target is None:
             out.append(ins)
             continue
-        assert ins.ref is not None
-        target = table[ins.ref]
+        delta = slots.at(target) - slots.at(idx)
         if idx in far:
-            out.extend(_long_form(ins, slots[target] - slots[idx]))
+            out.extend(_long_form(ins, delta))
             continue
-        delta = slots[target] - slots[idx] - 1
         margin = PATCH_SLOTS * abs(patched[target] - patched[idx])
-        out.append(_with_offset(ins, idx, delta, relax, margin))
+        out.append(_with_offset(ins, idx, delta - 1, relax, margin))
     return out, where
 
 
-def _slots(insns: list[Insn], far: set[int]) -> list[int]:
-    """Slot offset of every instruction (and one past the end) once the jumps in ``far`` are long."""
-    out = []
-    at = 0
-    for idx, ins in enumerate(insns):
-        out.append(at)
-        at += ins.slots() + (_long_extra(ins) if idx in far else 0)
-    out.append(at)
-    return out
+class _Slots:
+    """Slot offsets once the jumps in ``far`` take their long form: the base offset plus what the long forms
+    before an instruction add (few jumps grow, so a bisect over them beats recounting every instruction)."""
+
+    def __init__(self, base: list[int], far: dict[int, int]) -> None:
+        self._base = base
+        self._far = sorted(far)
+        self._extra = [0]
+        for idx in self._far:
+            self._extra.append(self._extra[-1] + far[idx])
+
+    def at(self, idx: int) -> int:
+        return self._base[idx] + self._extra[bisect_left(self._far, idx)]
 
 
 def _long_extra(ins: Insn) -> int:
@@ -521,14 +535,15 @@ def _long_form(ins: Insn, from_start: int) -> list[Insn]:
 
 
 def _with_offset(ins: Insn, idx: int, delta: int, relax: bool, margin: int = 0) -> Insn:
+    # Insn(...) rather than dataclasses.replace: this runs for every jump of a large build
     if ins.is_ld_imm64:  # ld_func: the low word is the signed offset, the high word zero
-        return replace(ins, imm=unsigned(delta, 32), ref=None)
+        return Insn(ins.code, ins.dst, ins.src, ins.off, unsigned(delta, 32), None, ins.sym)
     if ins.is_call or ins.is_gotol:
         if delta not in _S32:
             raise AsmError(f"instruction {idx}: target of {ins.ref!r} is {delta} slots away, beyond 32 bits", idx)
-        return replace(ins, imm=delta, ref=None)
+        return Insn(ins.code, ins.dst, ins.src, ins.off, delta, None, ins.sym)
     if abs(delta) + margin < 1 << 15 and delta in _S16:
-        return replace(ins, off=delta, ref=None)
+        return Insn(ins.code, ins.dst, ins.src, delta, ins.imm, None, ins.sym)
     if relax and ins.code == Class.JMP | Jmp.JA and delta in _S32:
         return Insn(Class.JMP32 | Jmp.JA, imm=delta, sym=ins.sym)
     raise AsmError(

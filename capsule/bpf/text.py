@@ -233,7 +233,10 @@ def _ld_pseudo(m: re.Match[str]) -> Insn:
     return Insn(LD_IMM64, int(dst), src, 0, low)
 
 
-def _rule(pattern: str, build: Callable[[re.Match[str]], Insn]) -> tuple[re.Pattern[str], Callable]:
+_Build = Callable[[re.Match[str]], Insn]  # a matched line -> its instruction
+
+
+def _rule(pattern: str, build: _Build) -> tuple[re.Pattern[str], _Build]:
     return re.compile(f"^{pattern}$"), build
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 CALL_TRAP_STATUS = 2  # a trap is what the call returned: not an error of capsule's
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("build", help="compile C/C++ sources or a WebAssembly module to a BPF object",
                        description="Compile C/C++ sources (clang-19 to wasm32-wasi with capsule's WASI runtime, -O2 "
                                    "unless an -O is given, one object per source cached by content and compiled side "

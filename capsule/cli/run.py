@@ -33,7 +33,7 @@ SEPARATOR = "--"
 USAGE = ("capsule run [OPTIONS] PROGRAM [ARGS...]\n       capsule run [OPTIONS] SOURCE... -- [ARGS...]")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser(
         "run", help="build and run a C/C++ program, wasm32-wasi module or capsule BPF object", usage=USAGE,
         description="Run PROGRAM (C/C++ sources built with clang-19 and capsule's WASI runtime, each object cached "

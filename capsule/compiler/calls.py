@@ -16,15 +16,15 @@ from capsule.wasm import ExternKind, FuncType, Instr, Op, ValType
 from . import abi, intrinsics
 from .abi import BPF_CALL_REGION, BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME
 from .code import Code, RegionKey
-from .dispatcher import leaf_name, phys_name
-from .emit import T0, T1, immediate
+from .dispatcher import leaf_name, match_tree, phys_name
+from .emit import T0, T1
 from .state import FunctionState, LoweredFunction, Lowering
 from .values import CALLER_SAVED, FRAME, Entry, Slot, load_frame, store_frame
 from .variables import global_addr
 
 
 def call_(fs: FunctionState, ins: Instr) -> None:
-    callee = immediate(ins, int)
+    callee = ins.imm_as(int)
     ft = fs.m.func_type(callee)
     if callee < fs.m.num_imported_funcs:
         imp = [x for x in fs.m.imports if x.kind == ExternKind.FUNC][callee]
@@ -43,7 +43,7 @@ def call_(fs: FunctionState, ins: Instr) -> None:
 
 
 def call_indirect(fs: FunctionState, ins: Instr) -> None:
-    type_index, table = immediate(ins, tuple)
+    type_index, table = ins.imm_pair()
     ft = fs.m.types[type_index]
     slot, idx = fs.stack.pop()
     indirect_target(fs, slot, idx, ft, table)
@@ -255,25 +255,10 @@ def return_stub(func: int, conts: list[tuple[int, str]]) -> Code:
     code = Code()
     out = f"f{func}.return.out"
     code.label(return_label(func))
-    _match(code, sorted(conts), out, f"f{func}.return")
+    match_tree(code, T0, sorted(conts), out, f"f{func}.return", linear=3)
     code.label(out)
     code.emit(alu(Alu.LSH, T1, 32), alu(Alu.OR, T0, T1), exit_())
     return code
-
-
-def _match(code: Code, cases: list[tuple[int, str]], default: str, stem: str) -> None:
-    """Jump to the label of the case equal to w(T0), else to ``default``: a balanced tree over sorted values."""
-    if len(cases) <= 3:
-        for value, label in cases:
-            code.emit(jmp(Jmp.JEQ, T0, value, label, w32=True))
-        code.emit(ja(default))
-        return
-    mid = len(cases) // 2
-    upper = code.fresh(f"{stem}.m")
-    code.emit(jmp(Jmp.JGE, T0, cases[mid][0], upper, w32=True))
-    _match(code, cases[:mid], default, stem)
-    code.label(upper)
-    _match(code, cases[mid:], default, stem)
 
 
 def leaf_call(fs: FunctionState, ft: FuncType, callee: int) -> None:

@@ -102,9 +102,11 @@ def _tree(code: Code, reg: Reg, labels: list[str], lo: int, hi: int, stem: str) 
     _tree(code, reg, labels, mid, hi, stem)
 
 
-def _match(code: Code, reg: Reg, cases: list[tuple[int, str]], default: str, stem: str) -> None:
-    """Jump to the label of the case equal to ``w(reg)``, else to ``default``: a balanced tree over sorted values."""
-    if len(cases) <= 2:
+def match_tree(code: Code, reg: Reg, cases: list[tuple[int, str]], default: str, stem: str, *,
+               linear: int = 2) -> None:
+    """Jump to the label of the case equal to ``w(reg)``, else to ``default``: a balanced tree over sorted values,
+    with up to ``linear`` cases compared one by one at its leaves."""
+    if len(cases) <= linear:
         for value, label in cases:
             code.emit(jmp(Jmp.JEQ, reg, value, label, w32=True))
         code.emit(ja(default))
@@ -112,9 +114,9 @@ def _match(code: Code, reg: Reg, cases: list[tuple[int, str]], default: str, ste
     mid = len(cases) // 2
     upper = code.fresh(f"{stem}.m")
     code.emit(jmp(Jmp.JGE, reg, cases[mid][0], upper, w32=True))
-    _match(code, reg, cases[:mid], default, stem)
+    match_tree(code, reg, cases[:mid], default, stem, linear=linear)
     code.label(upper)
-    _match(code, reg, cases[mid:], default, stem)
+    match_tree(code, reg, cases[mid:], default, stem, linear=linear)
 
 
 def _call_tree(code: Code, local: list[int], stem: str, after: str, foreign: str | None) -> None:
@@ -128,7 +130,7 @@ def _call_tree(code: Code, local: list[int], stem: str, after: str, foreign: str
     if foreign is None:
         _tree(code, R1, labels, 0, len(labels), stem)  # local is 0..n-1
     else:
-        _match(code, R1, list(zip(local, labels, strict=True)), foreign, stem)
+        match_tree(code, R1, list(zip(local, labels, strict=True)), foreign, stem)
     for p, label in zip(local, labels, strict=True):
         code.label(label)
         code.emit(mov(R1, R9), ldx(8, R2, R10, abi.BPF_ENTRY_FIBER), call(phys_name(p)), mov(R9, R0), ja(after))

@@ -36,8 +36,7 @@ def result_type(mnemonic: str) -> ValType:
 def sign_op(fs: FunctionState, op: int) -> None:
     w32 = op in (Op.F32_NEG, Op.F32_ABS, Op.F32_COPYSIGN)
     t = F32 if w32 else F64
-    if op in (Op.F32_COPYSIGN, Op.F64_COPYSIGN):
-        bs, b = fs.stack.pop()
+    sign = fs.stack.pop() if op in (Op.F32_COPYSIGN, Op.F64_COPYSIGN) else None
     slot, a = fs.stack.pop()
     fs.stack.push(a)
     dst = fs.stack.dst(slot)
@@ -53,6 +52,8 @@ def sign_op(fs: FunctionState, op: int) -> None:
             else:
                 fs.emit(alu(Alu.LSH, dst, 1), alu(Alu.RSH, dst, 1))
     else:  # copysign: a's magnitude, b's sign
+        assert sign is not None
+        bs, b = sign
         rb = fs.stack.read(bs, b, T1)
         with borrow(fs, {dst, rb}) as tmp:
             fs.emit(mov(tmp, rb))

@@ -34,7 +34,7 @@ from capsule.wasm import MemArg, Op, ValType
 from . import abi
 from .abi import BPF_FIBER, BPF_MEM_BYTES, BPF_RUNTIME, BPF_TEMP, BPF_TEMP2
 from .control import jump_to_head
-from .emit import T0, T1, imm_of, immediate
+from .emit import T0, T1, imm_of
 from .state import FunctionState, Lowering
 from .values import Slot, load_frame, store_frame
 
@@ -280,10 +280,10 @@ def memory_size(fs: FunctionState) -> None:
 
 def _lowerings() -> dict[int, Lowering]:
     def load_of(size: int, sign_extend: bool, t: ValType) -> Lowering:
-        return lambda fs, ins: load(fs, immediate(ins, MemArg), size, sign_extend, t)
+        return lambda fs, ins: load(fs, ins.imm_as(MemArg), size, sign_extend, t)
 
     def store_of(size: int) -> Lowering:
-        return lambda fs, ins: store(fs, immediate(ins, MemArg), size)
+        return lambda fs, ins: store(fs, ins.imm_as(MemArg), size)
 
     table: dict[int, Lowering] = {op: load_of(*args) for op, args in _LOADS.items()}
     table.update({op: store_of(size) for op, size in _STORES.items()})

@@ -284,9 +284,9 @@ def programs_of(sizes: list[int], calls: dict[tuple[int, int], int], budget: int
         raise ValueError(f"the program needs {len(bins)} BPF programs, more than {abi.MAX_PROGRAMS}")
     order = identity[:shared]
     programs: list[range] = []
-    for b in bins:
-        programs.append(range(len(order), len(order) + len(b)))
-        order += sorted(b)
+    for members in bins:
+        programs.append(range(len(order), len(order) + len(members)))
+        order += sorted(members)
     return order, shared, tuple(programs)
 
 

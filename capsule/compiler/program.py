@@ -62,7 +62,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     info.direct_returners = direct_returners(sites, info)
     defined = range(module.num_imported_funcs, module.num_imported_funcs + len(module.funcs))
     lowered = [compile_function(info, index, leaf=index in info.leaves) for index in defined]
-    _drop_unused_direct_entries(lowered)
+    returning = _drop_unused_direct_entries(lowered)
     leaf_code = [f for f in lowered if f.index in info.leaves]
     # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it
     regional = [leaf_stub(f) if f.index in info.leaves else f for f in lowered]
@@ -71,7 +71,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         phys[plan.phys_of[f.index]].append(f)
     region_ids = packing.region_ids([[f.regions for f in funcs] for funcs in phys])
 
-    phys_code = [_physical_function(p, funcs, region_ids) for p, funcs in enumerate(phys)]
+    phys_code = [_physical_function(p, funcs, region_ids, returning) for p, funcs in enumerate(phys)]
     leaf_codes = {leaf_name(f.index): f for f in leaf_code}
     library = _library_functions(info.library_used)
     nparts = len(plan.programs)
@@ -111,7 +111,8 @@ class _PhysCode:
     starts: list[tuple[int, int]]
 
 
-def _physical_function(p: int, funcs: list[LoweredFunction], region_ids: dict[RegionKey, int]) -> _PhysCode:
+def _physical_function(p: int, funcs: list[LoweredFunction], region_ids: dict[RegionKey, int],
+                       returning: set[int]) -> _PhysCode:
     pc = Code()
     labels = [k.label for f in funcs for k in f.regions]
     phys_prologue(pc, p, labels)
@@ -120,7 +121,7 @@ def _physical_function(p: int, funcs: list[LoweredFunction], region_ids: dict[Re
         starts.append((len(pc), f.index))
         pc.append(f.code)
     for f in funcs:
-        if _returns_directly(f):
+        if f.index in returning:
             conts = [(region_ids[cont], direct_entry(cont)) for g in funcs for callee, cont in g.direct_calls
                      if callee == f.index]
             pc.append(return_stub(f.index, conts))
@@ -239,9 +240,10 @@ def _returns_directly(f: LoweredFunction) -> bool:
     return any(ins.ref == return_label(f.index) for ins in f.code.insns)
 
 
-def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> None:
+def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> set[int]:
     """A callee that never returns (it loops forever, traps, exits) has no return stub to jump back to its
-    direct callers, so their entries for it are unreachable: remove them."""
+    direct callers, so their entries for it are unreachable: remove them. Returns the functions that return
+    directly."""
     returning = {f.index for f in lowered if _returns_directly(f)}
     for f in lowered:
         kept = []
@@ -251,6 +253,7 @@ def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> None:
             else:
                 f.code.delete(direct_entry(cont) + ".slow", DIRECT_ENTRY_INSNS)
         f.direct_calls = kept
+    return returning
 
 
 def _library_functions(names: set[str]) -> dict[str, Code]:

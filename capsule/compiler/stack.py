@@ -98,7 +98,7 @@ class OperandStack:
         if r is not None:
             return r
         if isinstance(e, Slot) and self._spill is not None and self._spill[0] == slot \
-                and self.out.code.just_emitted(self._spill[1]):
+                and self.out.just_emitted(self._spill[1]):
             # the value was stored to this slot by the instruction just before: it is still in that register
             held = self._spill[2]
             if held != temp:

@@ -13,7 +13,7 @@ from capsule.wasm import Instr, Op
 
 from . import abi
 from .abi import BPF_FIBER, BPF_RUNTIME
-from .emit import T0, T1, immediate, slot_imm
+from .emit import T0, T1, slot_imm
 from .state import FunctionState, Lowering
 from .values import Const, Local, Slot, load_frame, store_frame, store_frame_imm
 
@@ -23,7 +23,7 @@ def local_get(fs: FunctionState, ins: Instr) -> None:
     (``values.Local``). A local in the frame is loaded now: deferring those loads too (to the instruction that
     consumes the value, or to a join) made the verifier's work grow instead of shrink, printf_core's from
     107k to 165k processed instructions and Lua's past the 1M limit, for 3% fewer instructions."""
-    n = immediate(ins, int)
+    n = ins.imm_as(int)
     t = fs.func.locals[n]
     if n in fs.local_regs:
         fs.stack.push(Local(t, n))
@@ -62,11 +62,11 @@ def set_local(fs: FunctionState, n: int, keep: bool) -> None:
 
 
 def local_set(fs: FunctionState, ins: Instr) -> None:
-    set_local(fs, immediate(ins, int), keep=False)
+    set_local(fs, ins.imm_as(int), keep=False)
 
 
 def local_tee(fs: FunctionState, ins: Instr) -> None:
-    set_local(fs, immediate(ins, int), keep=True)
+    set_local(fs, ins.imm_as(int), keep=True)
 
 
 def global_addr(fs: FunctionState, g: int) -> tuple[Reg, int]:
@@ -83,7 +83,7 @@ def global_addr(fs: FunctionState, g: int) -> tuple[Reg, int]:
 
 
 def global_get(fs: FunctionState, ins: Instr) -> None:
-    g = immediate(ins, int)
+    g = ins.imm_as(int)
     t = fs.m.all_globals()[g].type
     slot = fs.stack.push(Slot(t))
     base, off = global_addr(fs, g)
@@ -94,7 +94,7 @@ def global_get(fs: FunctionState, ins: Instr) -> None:
 
 
 def global_set(fs: FunctionState, ins: Instr) -> None:
-    g = immediate(ins, int)
+    g = ins.imm_as(int)
     slot, e = fs.stack.pop()
     r = fs.stack.read(slot, e, T0)
     base, off = global_addr(fs, g)

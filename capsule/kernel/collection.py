@@ -77,10 +77,10 @@ class Collection:
         """Where a global variable lives: (its data map, offset in element 0, size), from the object's BTF."""
         btf = self.spec.btf if self.spec is not None else None
         if btf is not None:
-            for t in btf.iter_types():  # type: ignore[attr-defined]
+            for t in btf.iter_types():
                 if isinstance(t, Datasec) and t.name in self.maps:
                     for v in t.vars:
-                        if btf.name_of(v.type) == name:  # type: ignore[attr-defined]
+                        if btf.name_of(v.type) == name:
                             return self.maps[t.name], v.offset, v.size
         raise KeyError(f"no global variable {name!r} in the object's data sections")
 
@@ -118,7 +118,7 @@ def load_object_btf(spec: ObjectSpec) -> FD | None:
     """Load the object's BTF. Objects without BTF (hand-built ones) load without func/line info."""
     if spec.btf is None:
         return None
-    return load_btf(spec.btf.for_kernel())  # type: ignore[attr-defined]
+    return load_btf(spec.btf.for_kernel())
 
 
 def create_maps(

@@ -109,6 +109,7 @@ class Instance:
 
     # -- lifetime -------------------------------------------------------------------------------------------
     def close(self) -> None:
+        # drop the window's view so the arena can unmap; nothing reads a closed instance's memory
         self.mem = None  # type: ignore[assignment]
         self.coll.close()
 
@@ -120,7 +121,8 @@ class Instance:
 
     # -- raw window access ----------------------------------------------------------------------------------
     def u64(self, addr: int) -> int:
-        return struct.unpack_from("<Q", self.mem, addr)[0]
+        value: int = struct.unpack_from("<Q", self.mem, addr)[0]
+        return value
 
     def set_u64(self, addr: int, v: int) -> None:
         struct.pack_into("<Q", self.mem, addr, v & MASK64)
@@ -447,9 +449,6 @@ class Instance:
                 names.append("...")  # deeper frames (a runaway recursion has ~10^5 of them) are not listed
         return names
 
-    def load_stats(self):  # type: ignore[no-untyped-def]
-        return self.prog.stats
-
     def run_time_ns(self) -> int:
         """BPF run time of all the object's programs, as the kernel accounts it (with bpf_stats enabled)."""
         return sum(p.info().run_time_ns for p in self.programs)
@@ -466,8 +465,9 @@ def _check_budget(budget: int) -> None:
         raise CallError(f"a budget must be at least 1 region transition, got {budget}")
 
 
-def load(program: ObjectSpec | str | Path, **kw: object) -> Instance:
-    return Instance(program, **kw)  # type: ignore[arg-type]
+def load(program: ObjectSpec | str | Path, *, imports: dict[tuple[str, str], int] | None = None,
+         log_level: int = 0) -> Instance:
+    return Instance(program, imports=imports, log_level=log_level)
 
 
 __all__ = ["Instance", "RunStats", "load", "LogLevel", "replace"]
