@@ -222,7 +222,7 @@ def run_programs(names: list[str] | None = None, reps: int = DEFAULT_REPS, cold:
     works = by_name(names) if names else list(WORKLOADS)
     if names and not works and not kernels:
         raise ValueError(f"no program is called {', '.join(names)}")
-    total, rows = len(kernels) + len(works), []
+    total, rows = len(kernels) + len(works), list[Row]()
     for name in kernels:
         say(f"[{len(rows) + 1}/{total}] {name}")
         rows.append(measure_integer(name, reps, cold, (sizes or {}).get(name)))
@@ -238,7 +238,7 @@ def choices() -> list[str]:
 
 
 # -- command line -----------------------------------------------------------------------------------------------
-def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``bench programs`` in the ``bench`` group (``capsule.cli.bench``)."""
     p = bench.add_parser(
         "programs", help="every real program natively, under wasmtime and in the kernel: one table",
