@@ -118,9 +118,9 @@ def _tool(name: str) -> str:
 
 def _csmith_key() -> str:
     """Names the generator and its flags, so a new csmith or other flags get their own cache entries."""
-    CACHE.mkdir(parents=True, exist_ok=True)  # csmith writes platform.info into its working directory
-    version = subprocess.run([_tool("csmith"), "--version"], capture_output=True, text=True, check=False,
-                             cwd=CACHE).stdout
+    with tempfile.TemporaryDirectory(prefix="capsule-csmith-") as tmp:  # csmith writes platform.info in its cwd
+        version = subprocess.run([_tool("csmith"), "--version"], capture_output=True, text=True, check=False,
+                                 cwd=tmp).stdout
     return hashlib.sha256(repr((version, CSMITH_FLAGS, NATIVE_FLAGS, RECORD_VERSION)).encode()).hexdigest()[:12]
 
 
@@ -133,8 +133,9 @@ def generate(seed: int, key: str) -> Path:
     out = source_path(seed, key)
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run([_tool("csmith"), "--seed", str(seed), *CSMITH_FLAGS], capture_output=True,
-                             text=True, check=False, cwd=out.parent)
+        with tempfile.TemporaryDirectory(prefix="capsule-csmith-") as tmp:  # its platform.info goes there
+            res = subprocess.run([_tool("csmith"), "--seed", str(seed), *CSMITH_FLAGS], capture_output=True,
+                                 text=True, check=False, cwd=tmp)
         if res.returncode or "int main" not in res.stdout:
             raise CsmithError(f"csmith --seed {seed} failed: {res.stderr.strip()[:300]}")
         part = out.with_suffix(f".{os.getpid()}.part")
