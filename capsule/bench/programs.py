@@ -237,6 +237,15 @@ def choices() -> list[str]:
     return sorted({*integers.KERNELS, "integers", *(w.name for w in WORKLOADS), *(w.group for w in WORKLOADS)})
 
 
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
+                "unknown CPU")
+
+
 # -- command line -----------------------------------------------------------------------------------------------
 def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``bench programs`` in the ``bench`` group (``capsule.cli.bench``)."""
@@ -254,6 +263,7 @@ def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> ar
                         "loads it afresh)")
     p.add_argument("--no-cold", action="store_true", help="skip the cold build (it compiles everything twice)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    p.add_argument("--save", metavar="JSON", help="also write the results as JSON to this file")
     p.add_argument("--plot", metavar="PNG", help="also write a bar chart of the ratios to native")
     p.set_defaults(func=cmd_programs)
     return p
@@ -271,17 +281,24 @@ def cmd_programs(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    load_before, t0 = os.getloadavg(), time.time()
     try:
         rows = run_programs(args.only, args.reps, not args.no_cold, say)
     except KeyboardInterrupt:
         traceback.print_exc(limit=0)
         return 130
-    machine = integers.machine()
+    machine = {**integers.machine(), "cpu": _cpu_model(), "load_average_before": load_before,
+               "load_average_after": os.getloadavg(), "started": time.strftime("%Y-%m-%d %H:%M %Z", time.gmtime(t0)),
+               "minutes": round((time.time() - t0) / 60, 1)}
+    report = json.dumps({"machine": machine, "reps": args.reps, "results": [r.to_json() for r in rows]}, indent=2)
+    if args.save:
+        Path(args.save).write_text(report + "\n")
     if args.json:
-        print(json.dumps({"machine": machine, "reps": args.reps, "results": [r.to_json() for r in rows]}, indent=2))
+        print(report)
     else:
-        print(f"every program, best of {args.reps}, {machine['kernel']} {machine['arch']}, {machine['cpus']} CPUs, "
-              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"every program, best of {args.reps}, {machine['cpu']}, {machine['kernel']} {machine['arch']}, "
+              f"{machine['cpus']} CPUs, load average {' '.join(f'{x:.2f}' for x in load_before)} before, "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
         print(render_table(rows))
     if args.plot:
         plot_rows(rows, Path(args.plot))

@@ -49,7 +49,10 @@ def test_an_endless_program_is_dropped(tmp_path) -> None:  # type: ignore[no-unt
     exe = tmp_path / "spin"
     h.subprocess.run(["gcc", "-O1", str(src), "-o", str(exe)], check=True)
     code, out, cpu_ms = h._run_limited(exe)
-    assert code < 0 and out == "" and cpu_ms >= 1000 * h.CPU_LIMIT_S * 0.9
+    # ended by the CPU limit's signal after about the limit: RLIMIT_CPU is charged in ticks, rusage exactly,
+    # so on a loaded machine the kill comes somewhat before CPU_LIMIT_S of measured time
+    assert code in (-h.signal.SIGXCPU, -h.signal.SIGKILL) and out == ""
+    assert 1000 * h.CPU_LIMIT_S * 0.5 <= cpu_ms <= 1000 * (h.CPU_LIMIT_S + 1)
 
 
 @pytest.mark.requires_bpf
