@@ -116,3 +116,40 @@ def test_demo_doom_writes_pngs(tmp_path: Path) -> None:
 def test_demo_doom_bad_frames() -> None:
     res = capsule("demo", "doom", "--frames", "0")
     assert res.returncode == 1 and "--frames must be positive" in res.stderr
+
+
+@pytest.mark.requires_bpf
+def test_kernel_run_of_several_sources_reports_lowering_and_verifying(tmp_path: Path) -> None:
+    """The two long steps after the build, as progress events; then the run of the two sources in the kernel."""
+    from capsule.testing.engines import open_guest
+    from capsule.toolchain.guest import build_wasm
+
+    _sources(tmp_path)
+    wasm = build_wasm([tmp_path / "main.c", tmp_path / "add.c"], cache=tmp_path / "cache").wasm
+    events: list[BuildEvent] = []
+    open_guest(wasm, "kernel", progress=events.append).close()
+    assert [(e.stage, e.done, e.total) for e in events] == [("lower", 0, 1), ("lower", 1, 1), ("verify", 0, 1),
+                                                            ("verify", 1, 1)]
+    assert events[-1].item == f"1 BPF program of {wasm.name}"
+    res = capsule("run", "main.c", "add.c", "--", "x", cwd=tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (7, "add 5 argc 2 [x]\n", "")  # no status line in a pipe
+
+
+def test_build_summary_counts_every_program_of_a_split_object() -> None:
+    from capsule.cli.build import object_summary
+    from capsule.compiler import Options, compile_module
+    from capsule.wasm import load
+    from tests.wasm.wasm_build import compile_c
+
+    src = "__attribute__((noinline)) int f0(int x) { return x * 3; }\n"  # a chain of calls in loops
+    src += "".join(f"__attribute__((noinline)) int f{i}(int x) {{ int s = 0; for (int j = 0; j < x; j++) "
+                   f"s += f{i - 1}(j ^ s) * {i + 2}; return s; }}\n" for i in range(1, 6))
+    src += '__attribute__((export_name("g"))) int g(int x) { return f5(x); }\n'
+    module = load(compile_c(src))
+    one = compile_module(module)
+    assert len(one.programs) == 1 and " in " not in object_summary(one)
+    split = compile_module(module, Options(program_budget=1, phys_target=200))  # a physical function per program
+    n = len(split.programs)
+    insns = sum(i.slots() for p in split.programs.values() for i in p.insns)
+    assert n >= 3 and object_summary(split).startswith(f"{insns} BPF instructions, ")
+    assert object_summary(split).endswith(f" physical functions in {n} BPF programs")

@@ -76,11 +76,26 @@ def build_c_object(sources: list[Path], flags: list[str], output: Path, options:
     from capsule.bpf.elf_write import write_object
     from capsule.compiler import compile_module
     from capsule.toolchain.guest import build_wasm
+    from capsule.toolchain.progress import BuildEvent
     from capsule.wasm import load
 
-    wasm = build_wasm(sources, flags, progress=progress_printer()).wasm
-    write_object(compile_module(load(wasm.read_bytes()), options), output)
+    show = progress_printer()
+    wasm = build_wasm(sources, flags, progress=show).wasm
+    show(BuildEvent("lower", 0, 1, wasm.name))
+    spec = compile_module(load(wasm.read_bytes()), options)
+    show(BuildEvent("lower", 1, 1, wasm.name))
+    write_object(spec, output)
     return output
+
+
+def object_summary(spec: ObjectSpec) -> str:
+    """``N BPF instructions, F physical functions`` and, for an object split across several BPF programs, in how
+    many (each program's entry function is not counted: it is the dispatcher)."""
+    progs = spec.programs.values()
+    insns = sum(i.slots() for p in progs for i in p.insns)
+    phys = sum(len(p.func_infos) - 1 for p in progs)
+    split = f" in {len(progs)} BPF programs" if len(progs) > 1 else ""
+    return f"{insns} BPF instructions, {phys} physical functions{split}"
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -105,9 +120,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     else:
         spec = compile_wasm(src, args)
         write_object(spec, out)
-    prog = spec.programs["capsule_run"]
-    print(f"{out}: {sum(i.slots() for i in prog.insns)} BPF instructions, {len(prog.func_infos) - 1} physical "
-          f"functions, built in {time.perf_counter() - t0:.2f} s")
+    print(f"{out}: {object_summary(spec)}, built in {time.perf_counter() - t0:.2f} s")
     return 0
 
 

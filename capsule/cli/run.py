@@ -26,6 +26,7 @@ from capsule.testing.engines import ENGINES
 if TYPE_CHECKING:
     from capsule.compiler import Options
     from capsule.runtime.wasi_host import Guest
+    from capsule.toolchain.progress import Progress
 
 TRAP_STATUS = 134  # what a native program that calls abort() exits with
 DEFAULT_ENGINE = "kernel"
@@ -134,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         wasm = None
     with about(path.name):
         try:
-            guest = _open(path, wasm, args.engine, compile_options(args))
+            guest = _open(path, wasm, args.engine, compile_options(args), progress_printer())
             try:
                 return WasiHost(guest, config).run()
             finally:
@@ -156,7 +157,7 @@ def _separator_hint(error: Exception, operands: list[str]) -> str:
             f"`{SEPARATOR}`: capsule run {' '.join([operands[0], *extra])} {SEPARATOR} ...")
 
 
-def _open(path: Path, wasm: Path | None, engine: str, options: Options) -> Guest:
+def _open(path: Path, wasm: Path | None, engine: str, options: Options, progress: Progress) -> Guest:
     from capsule.runtime.wasi_host import KernelGuest
     from capsule.testing.engines import open_guest
 
@@ -170,4 +171,4 @@ def _open(path: Path, wasm: Path | None, engine: str, options: Options) -> Guest
             guest.close()
             raise WasiError(f"{path.name} was not built from a program with capsule's WASI runtime")
         return guest
-    return open_guest(wasm, engine, options)
+    return open_guest(wasm, engine, options, progress)

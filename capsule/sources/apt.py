@@ -387,9 +387,10 @@ def _unpack_members(deb: Path, members: Sequence[str], top: Path, run: Runner) -
     with tempfile.TemporaryDirectory(prefix="capsule-deb-") as tmp:
         data = Path(tmp) / "data.tar"
         with open(data, "wb") as out:
-            res = run(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=out, stderr=subprocess.PIPE, check=False)
+            res = run(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=out, stderr=subprocess.PIPE, text=True,
+                      check=False)
         if res.returncode != 0:
-            raise FetchError(f"dpkg-deb cannot read {deb.name}: {(res.stderr or b'').decode().strip()[-300:]}")
+            raise FetchError(f"dpkg-deb cannot read {deb.name}: {(res.stderr or '').strip()[-300:]}")
         wanted = {m.strip("/") for m in members}
         with tarfile.open(data) as tar:
             got = extract(tar, ".", top, lambda rel: rel in wanted)

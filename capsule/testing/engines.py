@@ -23,6 +23,7 @@ from capsule.runtime.instance import Instance
 from capsule.runtime.wasi_host import Guest, KernelGuest, WasiError
 from capsule.toolchain.clang import ToolchainError
 from capsule.toolchain.foreign import with_runtime
+from capsule.toolchain.progress import BuildEvent, Progress, no_progress
 
 if TYPE_CHECKING:
     import wasmtime
@@ -143,11 +144,13 @@ class WasmtimeGuest:
         return None
 
 
-def open_guest(wasm: Path, engine: str = "kernel", options: Options | None = None) -> Guest:
+def open_guest(wasm: Path, engine: str = "kernel", options: Options | None = None,
+               progress: Progress = no_progress) -> Guest:
     """Load a wasm32-wasi module on ``engine`` ("kernel": compiled to BPF; "wasmtime": the reference). A module
     built by capsule carries the WASI runtime already; any other (built by another toolchain, importing
     wasi_snapshot_preview1 itself) is merged with capsule's standalone runtime first
-    (``capsule.toolchain.foreign``)."""
+    (``capsule.toolchain.foreign``). ``progress`` hears when lowering to BPF and loading (verifying) start
+    and end, the two long steps of a large program."""
     if engine not in ENGINES:
         raise WasiError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
     try:
@@ -156,4 +159,12 @@ def open_guest(wasm: Path, engine: str = "kernel", options: Options | None = Non
         raise WasiError(str(e)) from None
     if engine == "wasmtime":
         return WasmtimeGuest(data)
-    return KernelGuest(Instance(compile_module(module, options)))
+    progress(BuildEvent("lower", 0, 1, wasm.name))
+    spec = compile_module(module, options)
+    progress(BuildEvent("lower", 1, 1, wasm.name))
+    n = len(spec.programs)
+    what = f"{n} BPF program{'s' if n != 1 else ''} of {wasm.name}"
+    progress(BuildEvent("verify", 0, n, what))
+    inst = Instance(spec)
+    progress(BuildEvent("verify", n, n, what))
+    return KernelGuest(inst)

@@ -101,9 +101,9 @@ def compile_objects(jobs: Sequence[Job], root: Path, *, workers: int | None = No
                 raise first.exception()  # type: ignore[misc]
             for f in sorted(finished, key=lambda f: pending[f]):
                 i = pending.pop(f)
-                out[i] = f.result()
+                obj = out[i] = f.result()
                 done += 1
-                progress(BuildEvent("compile", done, len(jobs), jobs[i].source.name, out[i].cached))
+                progress(BuildEvent("compile", done, len(jobs), jobs[i].source.name, obj.cached))
     return [o for o in out if o is not None]
 
 

@@ -78,3 +78,15 @@ def test_calls_match_native(engine: str, interp: tuple[Path, Path, bytes], tmp_p
         print(f"\nwasm3 {' '.join(args)}: native {ref.seconds * 1e3:.1f} ms, {engine} {got.seconds * 1e3:.1f} ms "
               f"(+{got.load_seconds:.1f} s to load)")
         same(ref, got)
+
+
+@pytest.mark.requires_bpf
+def test_fib_in_kernel_sample(interp: tuple[Path, Path, bytes], tmp_path: Path) -> None:
+    """The regular suite's sample of the large programs in the kernel: wasm3 is the one that compiles and loads
+    in seconds (the whole kernel matrix, every program, is ``CAPSULE_SLOW=1``)."""
+    exe, wasm, module = interp
+    argv, files = ["wasm3", "fib.wasm", *CALLS["fib"]], {"fib.wasm": module}
+    ref = native(exe, argv, cwd=tmp_path / "native", env=ENV, files=files)
+    got = guest(wasm, argv, engine="kernel", tmp=tmp_path / "kernel", env=ENV, files=files)
+    assert got.stdout == EXPECTED["fib"]
+    same(ref, got)
