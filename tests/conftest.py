@@ -23,7 +23,7 @@ import tests.bpf.btf_load as raw_btf_load
 from tests.fds import new_fds, open_fds
 
 MARKER = "requires_bpf"
-pytest_plugins = ["pytester"]  # tests/test_conftest.py runs the guard on a sample
+pytest_plugins = ["pytester", "tests.verifier_cost"]  # pytester: tests/test_conftest.py runs the guard on a sample
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

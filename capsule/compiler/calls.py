@@ -162,15 +162,10 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     fs.next_region()
     if direct:
         assert callee is not None
-        # the callee's return jumps here (``return_stub``) with our frame pointer in T1 and the continuation's
-        # region in T0. may_goto bounds chains of returns (recursion) and, as any may_goto, makes the verifier
-        # keep its state here, so that returns from many callees prune; when it fires, the continuation is
-        # left to the dispatcher (the first DIRECT_ENTRY_INSNS instructions from the label)
-        slow = direct_entry(cont) + ".slow"
-        fs.code.label(slow)
-        fs.emit(alu(Alu.LSH, T1, 32), alu(Alu.OR, T0, T1), exit_())
+        # the callee's return jumps here (``return_stub``, whose may_goto bounds chains of returns) with our
+        # frame pointer in T1 (the first DIRECT_ENTRY_INSNS instructions from the label)
         fs.code.label(direct_entry(cont))
-        fs.emit(may_goto(slow), stx(8, FP, BPF_FP_SCALAR, T1), addr_space_cast(FRAME, T1, 0, 1))
+        fs.emit(stx(8, FP, BPF_FP_SCALAR, T1), addr_space_cast(FRAME, T1, 0, 1))
         fs.direct_calls.append((callee.func, cont))
     # the continuation: reload our stack, take the results from the callee's frame
     fs.code.label(cont.label)
@@ -180,7 +175,7 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     take_results(fs, ft)
 
 
-DIRECT_ENTRY_INSNS = 6
+DIRECT_ENTRY_INSNS = 2
 
 
 def nested_call(fs: FunctionState, callee: RegionKey, cont: RegionKey) -> None:
@@ -204,11 +199,9 @@ def nested_call(fs: FunctionState, callee: RegionKey, cont: RegionKey) -> None:
     ins = mov(R1, 0, w32=True)
     fs.code.region_ref(ins, cont)
     fs.emit(ins, alu(Alu.OR, T1, R1), jmp(Jmp.JNE, T0, T1, _propagate_label(fs)))
-    # the callee may have grown memory (within the committed pages): our copy of the size follows. The
-    # may_goto makes the verifier keep its state here, so that the rest of the caller is walked once
-    # whichever path led to the call; when it fires, the continuation is left to the dispatcher (T0 = its state)
+    # the callee may have grown memory (within the committed pages): our copy of the size follows
     fs.emit(ldx(8, T1, FP, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_BYTES), stx(8, FP, BPF_MEM_BYTES, T1),
-            may_goto(_propagate_label(fs)), ja(cont.label))
+            ja(cont.label))
     fs.code.label(through)
 
 
@@ -219,9 +212,11 @@ def direct_entry(cont: RegionKey) -> str:
 
 
 def direct_callee_entry(fs: FunctionState, entry: RegionKey) -> None:
-    """The entry of a function callers of its physical function jump to: a may_goto first, which bounds chains
-    of direct calls (recursion) and makes the verifier keep its state here, so that the entries from many call
-    sites prune; when it fires, the call continues through the dispatcher."""
+    """The entry of a function callers of its physical function jump to. A recursive one starts with a
+    may_goto, which bounds chains of direct calls (when it fires, the call continues through the dispatcher);
+    any other needs none (``return_stub`` says why not everywhere)."""
+    if fs.index not in fs.info.direct_recursive:
+        return
     slow = fs.fresh("entry.slow")
     fs.emit(may_goto(slow))
     stub = Code()
@@ -248,13 +243,18 @@ def leave_return(fs: FunctionState) -> None:
     fs.next_region()
 
 
-def return_stub(func: int, conts: list[tuple[int, str]]) -> Code:
+def return_stub(func: int, conts: list[tuple[int, str]], *, bounded: bool) -> Code:
     """``func``'s returns, once region ids are known: a compare tree over the continuations its callers in this
     physical function wait at (``(region id, label)``), jumping straight to the one in T0; any other region
-    (a caller elsewhere, the host) through the dispatcher."""
+    (a caller elsewhere, the host) through the dispatcher. A recursive ``func`` (``bounded``) starts with a
+    may_goto, which bounds chains of returns: every cycle through returns passes here (when it fires, the
+    continuation is left to the dispatcher). Without recursion there is no such cycle, and no may_goto: each
+    one costs the kernel a rewrite of the whole program at load (an O(program) patch)."""
     code = Code()
     out = f"f{func}.return.out"
     code.label(return_label(func))
+    if bounded:
+        code.emit(may_goto(out))
     match_tree(code, T0, sorted(conts), out, f"f{func}.return", linear=3)
     code.label(out)
     code.emit(alu(Alu.LSH, T1, 32), alu(Alu.OR, T0, T1), exit_())

@@ -26,6 +26,7 @@ from .code import RegionKey
 BPF_PER_WASM = 2.5
 LOOP_WEIGHT = 8
 LEAF_STUB_SIZE = 12  # a leaf's entry region in a physical function: a call and a return
+SCAN_PER_INSN = 40  # the kernel's stack-depth walk may scan a physical function's calls this many times its size
 
 
 @dataclass(frozen=True)
@@ -116,17 +117,27 @@ def bands(m: Module, leaves: frozenset[int], top: int) -> dict[int, int]:
     for a, b in call_sites(m):
         if b not in leaves:
             callees[a].add(b)
-    # Tarjan's strongly connected components, iteratively (call graphs can be deep)
+    order = components(funcs, callees)
+    comp = {f: c for c, members in enumerate(order) for f in members}
+    height: dict[int, int] = {}
+    for c, members in enumerate(order):
+        below = [height[comp[b]] for f in members for b in callees[f] if comp[b] != c]
+        height[c] = 1 + max(below) if below else 0
+    return {f: min(height[comp[f]], top) for f in funcs}
+
+
+def components(nodes: Sequence[int], edges: dict[int, set[int]]) -> list[list[int]]:
+    """The strongly connected components of a graph, callees before callers (Tarjan's, iteratively: call
+    graphs can be deep)."""
     index: dict[int, int] = {}
     low: dict[int, int] = {}
-    comp: dict[int, int] = {}
     stack: list[int] = []
     on: set[int] = set()
-    order: list[list[int]] = []  # components, callees before callers
-    for start in funcs:
+    order: list[list[int]] = []
+    for start in nodes:
         if start in index:
             continue
-        work = [(start, iter(sorted(callees[start])))]
+        work = [(start, iter(sorted(edges[start])))]
         index[start] = low[start] = len(index)
         stack.append(start)
         on.add(start)
@@ -138,7 +149,7 @@ def bands(m: Module, leaves: frozenset[int], top: int) -> dict[int, int]:
                     index[nxt] = low[nxt] = len(index)
                     stack.append(nxt)
                     on.add(nxt)
-                    work.append((nxt, iter(sorted(callees[nxt]))))
+                    work.append((nxt, iter(sorted(edges[nxt]))))
                 elif nxt in on:
                     low[f] = min(low[f], index[nxt])
                 continue
@@ -150,16 +161,17 @@ def bands(m: Module, leaves: frozenset[int], top: int) -> dict[int, int]:
                 while True:
                     g = stack.pop()
                     on.discard(g)
-                    comp[g] = len(order)
                     members.append(g)
                     if g == f:
                         break
                 order.append(members)
-    height: dict[int, int] = {}
-    for c, members in enumerate(order):
-        below = [height[comp[b]] for f in members for b in callees[f] if comp[b] != c]
-        height[c] = 1 + max(below) if below else 0
-    return {f: min(height[comp[f]], top) for f in funcs}
+    return order
+
+
+def on_cycles(edges: dict[int, set[int]]) -> frozenset[int]:
+    """The nodes that lie on a cycle (a component of two or more, or a node with an edge to itself)."""
+    return frozenset(f for c in components(sorted(edges), edges) for f in c
+                     if len(c) > 1 or f in edges[f])
 
 
 SHARED_SHARE = 0.3  # of a program's budget, what the physical functions every program gets a copy of may take
@@ -224,10 +236,48 @@ def plan(m: Module, leaves: frozenset[int], target: int, per_program: int, max_n
         new = {old: k for k, old in enumerate(order)}
         phys_of = {f: new[p] for f, p in phys_of.items()}
         phys_band = [phys_band[old] for old in order]
-    calls = frozenset(
-        (p, q) for p in range(len(phys_band)) for q in range(len(phys_band))
-        if phys_band[p] > phys_band[q] and max_nest > 0 and _together(p, q, shared, programs))
+    calls = _nested_calls(m, phys_of, phys_band, phys_size, leaves, shared, programs) if max_nest > 0 else frozenset()
     return Plan(phys_of, len(phys_band), leaves, calls, shared, programs)
+
+
+def _nested_calls(m: Module, phys_of: dict[int, int], phys_band: list[int], phys_size: list[int],
+                  leaves: frozenset[int], shared: int, programs: tuple[range, ...]) -> frozenset[tuple[int, int]]:
+    """The pairs (p, q) where p calls q as a BPF function: q in a lower band and in p's program, heaviest
+    calls first, while p's ``scan`` cost stays within SCAN_PER_INSN times its own size.
+
+    The kernel checks the stack depth of a program by walking every call path from its entry and scanning
+    each subprogram's instructions on every visit (``check_max_stack_depth``), with no memo: p's cost is its
+    size plus, for each call instruction, its callee's cost. Nesting every lower-band call made Lua's walk
+    9.2 billion instructions (24,000 times the program, about 7 s of its load); the cap keeps it linear."""
+    sites: dict[tuple[int, int], int] = {}
+    leaf_cost = [0] * len(phys_band)
+    for (a, b), k in call_sites(m).items():
+        if b in leaves:
+            leaf = m.defined_func(b)
+            leaf_cost[phys_of[a]] += k * (math.ceil(len(leaf.body) * BPF_PER_WASM) if leaf else 1)
+        elif phys_of[a] != phys_of[b]:
+            key = (phys_of[a], phys_of[b])
+            sites[key] = sites.get(key, 0) + k
+    weights: dict[tuple[int, int], int] = {}
+    for (a, b), w in call_weights(m).items():
+        key = (phys_of[a], phys_of[b])
+        if key in sites:
+            weights[key] = weights.get(key, 0) + w
+    callees: dict[int, list[int]] = {}
+    for p, q in sites:
+        if phys_band[p] > phys_band[q] and _together(p, q, shared, programs):
+            callees.setdefault(p, []).append(q)
+    cost = [phys_size[p] + leaf_cost[p] for p in range(len(phys_band))]
+    chosen: set[tuple[int, int]] = set()
+    for p in sorted(range(len(phys_band)), key=lambda p: (phys_band[p], p)):  # callees' costs first
+        room = SCAN_PER_INSN * max(phys_size[p], 1) - cost[p]
+        for q in sorted(callees.get(p, []), key=lambda q: (-weights.get((p, q), 0) / (sites[(p, q)] * cost[q]), q)):
+            extra = sites[(p, q)] * cost[q]
+            if extra <= room:
+                chosen.add((p, q))
+                cost[p] += extra
+                room -= extra
+    return frozenset(chosen)
 
 
 def programs_of(sizes: list[int], calls: dict[tuple[int, int], int], budget: int,

@@ -60,6 +60,12 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     sites = packing.call_sites(module)
     info.direct_callees = frozenset(b for a, b in sites if info.direct(a, b))
     info.direct_returners = direct_returners(sites, info)
+    direct_edges: dict[int, set[int]] = {}
+    for a, b in sites:
+        if info.direct(a, b):
+            direct_edges.setdefault(a, set()).add(b)
+            direct_edges.setdefault(b, set())
+    info.direct_recursive = packing.on_cycles(direct_edges)
     defined = range(module.num_imported_funcs, module.num_imported_funcs + len(module.funcs))
     lowered = [compile_function(info, index, leaf=index in info.leaves) for index in defined]
     returning = _drop_unused_direct_entries(lowered)
@@ -71,7 +77,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         phys[plan.phys_of[f.index]].append(f)
     region_ids = packing.region_ids([[f.regions for f in funcs] for funcs in phys])
 
-    phys_code = [_physical_function(p, funcs, region_ids, returning) for p, funcs in enumerate(phys)]
+    phys_code = [_physical_function(p, funcs, region_ids, returning, info.direct_recursive)
+                 for p, funcs in enumerate(phys)]
     leaf_codes = {leaf_name(f.index): f for f in leaf_code}
     library = _library_functions(info.library_used)
     nparts = len(plan.programs)
@@ -112,7 +119,7 @@ class _PhysCode:
 
 
 def _physical_function(p: int, funcs: list[LoweredFunction], region_ids: dict[RegionKey, int],
-                       returning: set[int]) -> _PhysCode:
+                       returning: set[int], recursive: frozenset[int]) -> _PhysCode:
     pc = Code()
     labels = [k.label for f in funcs for k in f.regions]
     phys_prologue(pc, p, labels)
@@ -124,7 +131,7 @@ def _physical_function(p: int, funcs: list[LoweredFunction], region_ids: dict[Re
         if f.index in returning:
             conts = [(region_ids[cont], direct_entry(cont)) for g in funcs for callee, cont in g.direct_calls
                      if callee == f.index]
-            pc.append(return_stub(f.index, conts))
+            pc.append(return_stub(f.index, conts, bounded=f.index in recursive))
     return _PhysCode(pc, starts)
 
 
@@ -251,7 +258,7 @@ def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> set[int]:
             if callee in returning:
                 kept.append((callee, cont))
             else:
-                f.code.delete(direct_entry(cont) + ".slow", DIRECT_ENTRY_INSNS)
+                f.code.delete(direct_entry(cont), DIRECT_ENTRY_INSNS)
         f.direct_calls = kept
     return returning
 

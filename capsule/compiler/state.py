@@ -57,6 +57,9 @@ class ModuleInfo:
     # those of them that return straight to such callers (``calls.leave_return``)
     direct_callees: frozenset[int] = frozenset()
     direct_returners: frozenset[int] = frozenset()
+    # the direct callees on a cycle of direct calls (recursion): the only ones whose entries and returns
+    # need a may_goto to bound the chain
+    direct_recursive: frozenset[int] = frozenset()
 
     def direct(self, caller: int, callee: int) -> bool:
         """A call from ``caller`` to ``callee`` is a jump within one physical function (which needs may_goto

@@ -1,0 +1,126 @@
+"""The verifier's cost of every compiled program the suite loads (issue 12.3): processed instructions per static
+instruction, reported at the end of the run and kept under ``RATIO_LIMIT``.
+
+Verification that grows faster than the program is how a compiler change quietly makes large programs stop
+loading; every compiled object a test loads is a sample. Each process (pytest-xdist workers included) records
+what it loaded as JSON lines in one file per run; the controller reads them all at the end, prints the worst
+ratios and fails the run if one is over the limit. The figure is the kernel's own count
+(``bpf_prog_info.verified_insns``), so recording needs no verifier log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capsule.compiler import abi
+from capsule.kernel import collection
+
+RATIO_LIMIT = 2.0
+# programs known to cost more, with the ratio measured when they were recorded (test function, program): each
+# may not grow past 10% over its figure. Small objects in the no-may_goto profile pay for the dispatcher's
+# unrolled loop, a fixed cost their few instructions do not amortise; zlib and the hash table walk branchy
+# code whose states do not prune (issue 12.3 is open on these).
+KNOWN = {
+    ("tests/compiler/test_differential.py::test_profiles_agree", "capsule_run"): 16.91,
+    ("tests/compiler/test_differential.py::test_profiles_agree", "capsule_run_1"): 16.46,
+    ("tests/compiler/test_packing.py::test_many_physical_functions_agree_with_wasmtime", "capsule_run"): 11.04,
+    ("tests/compiler/test_differential.py::test_hash_table", "capsule_run"): 4.39,
+    ("tests/compiler/test_spec_exec.py::test_spec_file", "capsule_run"): 2.85,
+    ("tests/compiler/test_differential.py::test_qsort_with_comparators", "capsule_run"): 2.96,
+    ("tests/compiler/test_differential.py::test_qsort_with_comparators", "capsule_run_1"): 2.06,
+    ("tests/thirdparty/test_zlib.py::test_minigzip_stdin_to_stdout", "capsule_run"): 2.78,
+    ("tests/thirdparty/test_zlib.py::test_round_trip_kernel_and_native", "capsule_run"): 2.76,
+    ("tests/thirdparty/test_zlib.py::test_example_in_kernel_matches_native", "capsule_run"): 2.70,
+}
+GROWTH = 1.1
+SMALL = 2000  # below this many instructions a ratio says little (a dispatcher alone is a few hundred)
+ENV = "CAPSULE_VERIFIER_COST_FILE"  # set by the controller, inherited by xdist's workers
+SHOWN = 8
+
+
+def _record(coll: collection.Collection) -> None:
+    spec = coll.spec
+    if spec is None or abi.META_SECTION not in spec.extra_sections or ENV not in os.environ:
+        return
+    rows = []
+    for name, prog in coll.programs.items():
+        static = sum(i.slots() for i in spec.programs[name].insns)
+        rows.append({"program": name, "static": static, "processed": prog.info().verified_insns,
+                     "test": os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]})
+    with open(os.environ[ENV], "a") as out:
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _verifier_cost_recorder() -> Iterator[None]:
+    original = collection.Collection.load.__func__  # type: ignore[attr-defined]
+
+    def load(cls: type[collection.Collection], *args: Any, **kw: Any) -> collection.Collection:
+        coll: collection.Collection = original(cls, *args, **kw)
+        _record(coll)
+        return coll
+
+    collection.Collection.load = classmethod(load)  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        collection.Collection.load = classmethod(original)  # type: ignore[method-assign, assignment]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) owns the file
+        path = Path(config.rootpath) / ".cache" / "verifier-cost.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("")
+        os.environ[ENV] = str(path)
+
+
+def _rows() -> list[dict[str, Any]]:
+    path = os.environ.get(ENV)
+    if not path or not Path(path).exists():
+        return []
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def limit(row: dict[str, Any]) -> float:
+    known = KNOWN.get((row["test"].split("[")[0], row["program"]))
+    return RATIO_LIMIT if known is None else max(RATIO_LIMIT, known * GROWTH)
+
+
+def over_limit(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["static"] >= SMALL and r["processed"] > limit(r) * r["static"]]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    rows = _rows()
+    if not rows:
+        return
+    big = sorted((r for r in rows if r["static"] >= SMALL), key=lambda r: -r["processed"] / r["static"])
+    tr = terminalreporter
+    tr.section("verifier cost of compiled programs (processed / static instructions)")
+    tr.write_line(f"{len(rows)} programs loaded, {len(big)} of at least {SMALL} instructions; worst ratios:")
+    for r in big[:SHOWN]:
+        tr.write_line(f"  {r['processed'] / r['static']:5.2f}  {r['processed']:>9,} / {r['static']:>9,}  "
+                      f"{r['program']}  {r['test']}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return
+    bad = over_limit(_rows())
+    if bad and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        worst = max(bad, key=lambda r: r["processed"] / r["static"])
+        print(f"\nverifier cost over its limit ({RATIO_LIMIT}x, or 10% over a known figure in "
+              f"tests/verifier_cost.py) for {len(bad)} programs, worst: {worst['program']} of {worst['test']} "
+              f"({worst['processed']:,} processed for {worst['static']:,} instructions)")
