@@ -117,7 +117,10 @@ def _wait4(proc: subprocess.Popen[bytes]) -> tuple[int, resource.struct_rusage]:
 def _config(inv: Invocation, inputs: Path, out_dir: Path, stdout: io.BytesIO, stderr: io.BytesIO) -> WasiConfig:
     _place(inputs, inv.files)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return WasiConfig(args=list(inv.argv), env=list(inv.env), dirs=[(inputs, "/")], stdin=inv.stdin, stdout=stdout,
+    env = list(inv.env)
+    if not any(e.startswith("HOME=") for e in env):
+        env.append("HOME=/")  # the working directory, as the native run's HOME is (SQLite's shell looks there)
+    return WasiConfig(args=list(inv.argv), env=env, dirs=[(inputs, "/")], stdin=inv.stdin, stdout=stdout,
                       stderr=stderr, out_dir=out_dir)
 
 
