@@ -18,7 +18,8 @@ PACKAGE = ROOT / "capsule"
 #: What each part of capsule may import (besides itself), in the pipeline's order: C sources and third-party
 #: programs go through the toolchain to wasm, the compiler turns wasm into BPF objects, the kernel layer loads
 #: them, the runtime drives them; testing checks the runtime's results against a reference; demo, bench and
-#: the command line sit on top. ``ints`` is a leaf every part may use. The runtime does not reach back into the
+#: the command line sit on top; hooks (attaching compiled programs to XDP and tc) sits beside them, above the
+#: runtime. ``ints`` is a leaf every part may use. The runtime does not reach back into the
 #: toolchain: what needs both (the choice of engine, linking a foreign module) lives above it.
 ALLOWED: dict[str, frozenset[str]] = {
     name: frozenset(deps) | ({"ints"} if name != "ints" else set())
@@ -35,9 +36,11 @@ ALLOWED: dict[str, frozenset[str]] = {
         "runtime": ("bpf", "compiler", "kernel", "wasm"),
         "sources": ("toolchain",),
         "testing": ("bpf", "compiler", "kernel", "runtime", "toolchain", "wasm"),
+        "hooks": ("bpf", "compiler", "kernel", "runtime", "sources", "toolchain", "wasm"),
         "demo": ("bpf", "compiler", "kernel", "runtime", "testing", "toolchain", "wasm"),
-        "bench": ("bpf", "compiler", "kernel", "opt", "runtime", "sources", "testing", "toolchain", "wasm"),
-        "cli": ("bench", "bpf", "compiler", "demo", "kernel", "opt", "runtime", "sources", "testing",
+        "bench": ("bpf", "compiler", "hooks", "kernel", "opt", "runtime", "sources", "testing", "toolchain",
+                  "wasm"),
+        "cli": ("bench", "bpf", "compiler", "demo", "hooks", "kernel", "opt", "runtime", "sources", "testing",
                 "toolchain", "wasm"),
     }.items()
 }

@@ -235,6 +235,13 @@ class XDPAction(IntEnum):
     REDIRECT = 4
 
 
+class TcAction(IntEnum):
+    """TC_ACT_*: a tc (SCHED_CLS) program's verdict (the ones capsule's hooks return)."""
+
+    OK = 0
+    SHOT = 2
+
+
 class Helper(IntEnum):
     """enum bpf_func_id: every helper function id. The table is complete and final: the kernel adds no
     helpers since 6.2 (new kernel functions are kfuncs, named by BTF instead)."""

@@ -34,13 +34,13 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from capsule.cli import bench, build, demo, inspect, opt, run
+    from capsule.cli import attach, bench, build, demo, inspect, opt, run
 
     p = argparse.ArgumentParser(
         prog="capsule", description="Run ordinary programs inside the Linux kernel as eBPF."
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (inspect, demo, build, run, opt, bench):
+    for group in (inspect, demo, build, run, attach, opt, bench):
         group.add_parsers(sub)
     return p
 

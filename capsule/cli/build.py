@@ -36,6 +36,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                                    "dispatcher.")
     s.add_argument("inputs", nargs="+", metavar="SRC", help="a .wasm module, or .c/.cc/.cpp sources")
     s.add_argument("-o", "--output", help="the BPF object to write (default: the first input with .bpf.o)")
+    s.add_argument("--hook", choices=("xdp", "tc"),
+                   help="also build a hook entry that runs the exported packet handler on every packet (see "
+                        "capsule/guest/include/capsule_hook.h and capsule attach); C sources get the hook runtime")
     add_c_flags(s)
     add_build_options(s)
     s.set_defaults(func=cmd_build)
@@ -106,7 +109,19 @@ def cmd_build(args: argparse.Namespace) -> int:
     src = srcs[0]
     out = Path(args.output) if args.output else src.with_suffix(".bpf.o")
     t0 = time.perf_counter()
-    if any(is_source(p) for p in srcs):
+    if args.hook:
+        from capsule.hooks.build import hook_object
+
+        opts = compile_options(args)
+        kw = {"checked": opts.checked, "may_goto": opts.may_goto, "inline": opts.inline}
+        if args.fibers is not None:
+            kw["fibers"] = args.fibers
+        if args.stack_size is not None:
+            kw["stack_size"] = args.stack_size
+        with about(str(src)):
+            spec = hook_object(args.hook, srcs, list(args.cflags or []), **kw)
+        write_object(spec, out)
+    elif any(is_source(p) for p in srcs):
         from capsule.bpf.elf import read_object
         from capsule.wasm import WasmError
 

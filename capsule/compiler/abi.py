@@ -112,6 +112,7 @@ BPF_CALL_REGION = -40  # call_indirect: the callee's entry region while its fram
 BPF_BORROW = -48  # a stack register lent as a scratch register (``emit.borrow``)
 BPF_TEMP = -56  # a short-lived value inside one instruction's lowering
 BPF_TEMP2 = -64  # a second one; also a helper's result while the registers around the call are reloaded
+BPF_TEMP3 = -72  # a third (an atomic compare-and-swap loop's bit position, ``atomics``)
 BPF_FIBER_SCALAR = -80  # the fiber record's guest address (u64 scalar), for calls to leaf functions
 
 # the BPF stack of the entry program and of the bounded dispatcher loops (profile without may_goto)
@@ -150,6 +151,9 @@ class Trap(IntEnum):
     STACK_OVERFLOW = 9
     UNDEFINED_ELEMENT = 10
     UNCAUGHT_LONGJMP = 11
+    UNALIGNED_ATOMIC = 12
+    ATOMIC_CONTENDED = 13  # a compare-and-swap loop was cut by may_goto (another CPU kept changing the word)
+    EXPECTED_SHARED = 14  # memory.atomic.wait on a memory that is not shared
 
     @property
     def message(self) -> str:
@@ -168,6 +172,9 @@ _TRAP_TEXT = {
     Trap.STACK_OVERFLOW: "call stack exhausted",
     Trap.UNDEFINED_ELEMENT: "undefined element",
     Trap.UNCAUGHT_LONGJMP: "longjmp with no setjmp to return to",
+    Trap.UNALIGNED_ATOMIC: "unaligned atomic",
+    Trap.ATOMIC_CONTENDED: "atomic operation starved by other CPUs",
+    Trap.EXPECTED_SHARED: "expected shared memory",
 }
 
 

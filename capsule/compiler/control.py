@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from capsule.bpf.asm import FP, exit_, ja, jmp, ldx, may_goto, mov, st, stx
-from capsule.bpf.opcodes import Jmp
+from capsule.bpf.asm import FP, alu, exit_, ja, jmp, ldx, may_goto, mov, st, stx
+from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import BlockType, BrTable, Instr, Op
 
 from . import abi
@@ -50,6 +50,32 @@ def loop(fs: FunctionState, ins: Instr) -> None:
     fs.code.label(region.label)
     fs.stack.reload_regs(len(fs.stack))
     fs.code.label(head)
+
+
+def can_split(fs: FunctionState) -> bool:
+    """Whether no forward jump emitted so far lands beyond this point: an open block some branch targets, or an
+    ``if`` whose else (or end) is still ahead of a jump, would let paths from before a cut flow past its exit
+    and keep their pending branches."""
+    if fs.dead:
+        return False
+    for c in fs.ctls:
+        if c.kind == "if" and (c.else_label is not None or c.targeted):
+            return False
+        if c.kind == "block" and c.targeted:
+            return False
+    return True
+
+
+def split_region(fs: FunctionState) -> None:
+    """End the path here and go on in a new region, through the dispatcher: as a loop head is entered, but
+    with an exit before it, so that the verifier drops the branches it keeps pending on the way here
+    (``function.SPLIT_BRANCHES``). Costs one dispatcher transition at run time."""
+    fs.stack.materialize_all()
+    region = fs.new_region()
+    fs.stack.spill_regs(len(fs.stack))
+    fs.leave_with_state(False, region=region)
+    fs.code.label(region.label)
+    fs.stack.reload_regs(len(fs.stack))
 
 
 def if_(fs: FunctionState, ins: Instr) -> None:
@@ -142,6 +168,11 @@ def jump_to_head(fs: FunctionState, head: str, region: RegionKey, height: int) -
     through the dispatcher every time."""
     if fs.opt.may_goto:
         susp = fs.fresh("susp")
+        if fs.opt.hook is not None:
+            # on a hook every iteration is charged to the packet's budget (``hooks``): a handler looping for
+            # ever ends when its budget does, not after may_goto's quarter of a second
+            fs.emit(ldx(8, T1, FP, BPF_FIBER), ldx(8, T0, T1, abi.FIBER_RUN_BUDGET), jmp(Jmp.JEQ, T0, 0, susp),
+                    alu(Alu.SUB, T0, 1), stx(8, T1, abi.FIBER_RUN_BUDGET, T0))
         fs.emit(may_goto(susp), ja(head))
         _suspend_stub(fs, susp, height, region)
     else:

@@ -119,7 +119,7 @@ def match_tree(code: Code, reg: Reg, cases: list[tuple[int, str]], default: str,
     match_tree(code, reg, cases[mid:], default, stem, linear=linear)
 
 
-def _call_tree(code: Code, local: list[int], stem: str, after: str, foreign: str | None) -> None:
+def call_tree(code: Code, local: list[int], stem: str, after: str, foreign: str | None) -> None:
     """Call the physical function R1 names, if this program holds it: ``R9 = phys_N(R9, fiber at [R10-8])``;
     any other value jumps to ``foreign`` (R1 still the physical function), or with no ``foreign`` (a program
     holding them all) to the last one."""
@@ -190,7 +190,7 @@ def entry_program(layout: Layout, nfibers: int, may_goto_profile: bool) -> Code:
         # the budget lives in the fiber record while a physical function runs: chained regions charge it too
         code.emit(may_goto(pending), jmp(Jmp.JEQ, R8, 0, pending), alu(Alu.SUB, R8, 1),
                   stx(8, R7, abi.FIBER_RUN_BUDGET, R8), alu(Alu.AND, R1, PHYS_MASK))
-        _call_tree(code, layout.local, "run", "run.back", foreign)
+        call_tree(code, layout.local, "run", "run.back", foreign)
         code.label("run.back")
         code.emit(ldx(8, R8, R7, abi.FIBER_RUN_BUDGET), ja(loop))
     else:
@@ -335,6 +335,6 @@ def _bounded_levels(code: Code, layout: Layout) -> None:
         else:
             code.emit(ldx(8, R1, R7, abi.FIBER_RUN_COUNT), alu(Alu.ADD, R1, 1), stx(8, R7, abi.FIBER_RUN_COUNT, R1),
                       mov(R1, R9), alu(Alu.AND, R1, PHYS_MASK))
-            _call_tree(code, layout.local, "step", loop, done if layout.split else None)
+            call_tree(code, layout.local, "step", loop, done if layout.split else None)
         code.label(done)
         code.emit(mov(R0, R9), exit_())

@@ -11,10 +11,11 @@ is patched into the instructions that need it.
 from __future__ import annotations
 
 from capsule.bpf.asm import FP, R1, R2, AsmError, alu, jmp, ldx, mov, st
-from capsule.bpf.opcodes import Alu, Jmp
+from capsule.bpf.insn import Insn
+from capsule.bpf.opcodes import OP_MASK, Alu, Jmp
 from capsule.wasm import Instr, Op, op_name
 
-from . import abi, calls, control, floats, integers, memory, tables, variables
+from . import abi, atomics, calls, control, floats, integers, memory, tables, variables
 from .abi import BPF_FIBER, BPF_FP_SCALAR
 from .calls import direct_callee_entry
 from .dispatcher import frame_setup, leaf_name
@@ -33,7 +34,8 @@ def _merge(*tables: dict[int, Lowering]) -> dict[int, Lowering]:
 
 
 LOWERINGS: dict[int, Lowering] = _merge(control.LOWERINGS, calls.LOWERINGS, variables.LOWERINGS,
-                                        integers.LOWERINGS, floats.LOWERINGS, memory.LOWERINGS, tables.LOWERINGS)
+                                        integers.LOWERINGS, floats.LOWERINGS, memory.LOWERINGS, tables.LOWERINGS,
+                                        atomics.LOWERINGS)
 """Every opcode the compiler lowers, and how."""
 
 
@@ -51,11 +53,14 @@ def compile_function(info: ModuleInfo, index: int, *, leaf: bool = False) -> Low
             direct_callee_entry(fs, entry)
     _prologue(fs)
     fs.ctls.append(Ctl("func", f"f{fs.index}.end", 0, (), fs.type.results, len(body) - 1))
+    branches = _BranchCount()
     while fs.pos < len(body):
         ins = body[fs.pos]
         if fs.dead and ins.op not in (Op.ELSE, Op.END):
             fs.pos = control.skip_dead(fs, fs.pos)
             continue
+        if branches.update(fs.code.insns) >= SPLIT_BRANCHES and control.can_split(fs):
+            control.split_region(fs)
         try:
             LOWERINGS.get(ins.op, _unsupported)(fs, ins)
         except AsmError as e:  # a limit of BPF's encoding this function reaches (the build names the function)
@@ -70,6 +75,31 @@ def compile_function(info: ModuleInfo, index: int, *, leaf: bool = False) -> Low
         setattr(insn, fld, getattr(insn, fld) + sign * frame.size)
     fs.code.widen_offsets(FRAME)
     return LoweredFunction(fs.index, fs.code, fs.regions, frame, fs.direct_calls)
+
+
+# Conditional jumps along one path of straight code before it is cut by a region boundary. The verifier keeps
+# a pending state for every branch it has not taken yet and refuses a path with more than 8,192 of them ("the
+# sequence of 8193 jumps is too complex"): a long function of ifs (generated code, a big switch lowered to
+# compares) reaches that on its own. The margin is for the region tree, and for code that offers no place to
+# cut for a while (``control.can_split``).
+SPLIT_BRANCHES = 3000
+
+
+class _BranchCount:
+    """Conditional jumps emitted since the code last ended a path (an ``exit``), counted incrementally."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.count = 0
+
+    def update(self, insns: list[Insn]) -> int:
+        for ins in insns[self.seen:]:
+            if ins.is_exit:
+                self.count = 0
+            elif ins.is_jump and ins.code & OP_MASK != Jmp.JA:
+                self.count += 1
+        self.seen = len(insns)
+        return self.count
 
 
 def _unsupported(fs: FunctionState, ins: Instr) -> None:

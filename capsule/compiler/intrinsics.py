@@ -7,6 +7,10 @@ the host and the kernel (the guest's C runtime builds WASI on them).
 - ``clock_ns: [i32] -> [i64]``: 0 realtime (the boot-time clock plus an offset the host writes), 1 monotonic,
   2 and 3 (process and thread CPU time) read the monotonic clock too.
 - ``random: [] -> [i32]``: 32 bits from ``bpf_get_prandom_u32``.
+- ``emit: [i32 fd, i32 addr, i32 len] -> [i32]``: on a hook build, one record of output (at most
+  ``hook_abi.OUT_MAX`` bytes of guest memory) into the ring buffer (``hooks.emit_function``); the bytes taken,
+  or -1 when the ring is full (the loss is counted) or the build has no hook, hence no ring.
+- ``fiber: [] -> [i32]``: the fiber running the call (on a hook, the CPU's number).
 - ``unwind: [] -> []``: longjmp's second half (the guest's sjlj.c has recorded where to): pop software-stack
   frames up to the nearest one built by an ``env.invoke_*`` call, restore the C stack pointer saved in it, and
   continue after that call as if it had returned.
@@ -17,16 +21,34 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from capsule.bpf.asm import FP as R10
-from capsule.bpf.asm import R1, R2, addr_space_cast, alu, call_helper, exit_, ja, jmp, ldx, may_goto, mov, stx
+from capsule.bpf.asm import (
+    R1,
+    R2,
+    R3,
+    R4,
+    addr_space_cast,
+    alu,
+    call,
+    call_helper,
+    exit_,
+    ja,
+    jmp,
+    ldx,
+    may_goto,
+    mov,
+    stx,
+)
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.bpf.uapi import Helper
+from capsule.ints import MASK32
 from capsule.wasm import FuncType, ValType
 
 from . import abi
-from .abi import BPF_FIBER, BPF_FP_SCALAR, BPF_RUNTIME, BPF_TEMP2
+from .abi import BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_RUNTIME, BPF_TEMP2
 from .emit import T0, T1
+from .hooks import EMIT_FUNC
 from .state import FunctionState
-from .values import CALLER_SAVED, Slot
+from .values import CALLER_SAVED, Const, Slot, load_frame
 from .variables import global_addr
 
 SIGNATURES = {
@@ -35,6 +57,8 @@ SIGNATURES = {
     "clock_ns": FuncType((ValType.I32,), (ValType.I64,)),
     "random": FuncType((), (ValType.I32,)),
     "unwind": FuncType((), ()),
+    "emit": FuncType((ValType.I32, ValType.I32, ValType.I32), (ValType.I32,)),
+    "fiber": FuncType((), (ValType.I32,)),
 }
 MODULE = "capsule"
 
@@ -52,7 +76,8 @@ def check_import(module: str, name: str, ft: FuncType) -> str | None:
 
 
 def lower(fs: FunctionState, name: str) -> None:
-    {"yield": _yield, "exit": _exit, "clock_ns": _clock, "random": _random, "unwind": _unwind}[name](fs)
+    {"yield": _yield, "exit": _exit, "clock_ns": _clock, "random": _random, "unwind": _unwind,
+     "emit": _emit, "fiber": _fiber}[name](fs)
 
 
 def _yield(fs: FunctionState) -> None:
@@ -117,6 +142,36 @@ def _random(fs: FunctionState) -> None:
     slot = fs.stack.push(Slot(ValType.I32))
     dst = fs.stack.dst(slot)
     fs.emit(ldx(8, dst, R10, BPF_TEMP2))
+    fs.stack.finish(slot, dst, ValType.I32)
+
+
+def _fiber(fs: FunctionState) -> None:
+    slot = fs.stack.push(Slot(ValType.I32))
+    dst = fs.stack.dst(slot)
+    assert abi.FIBER_SIZE == 1 << 8
+    fs.emit(ldx(8, dst, R10, BPF_FIBER_SCALAR), mov(T1, abi.FIBERS, w32=True), alu(Alu.SUB, dst, T1, w32=True),
+            alu(Alu.RSH, dst, 8, w32=True))
+    fs.stack.finish(slot, dst, ValType.I32)
+
+
+def _emit(fs: FunctionState) -> None:
+    """A call of the global function ``capsule_emit(fd, addr, len, fiber)``, the operands passed from their
+    frame slots (every register saved around it); without a hook there is no ring: -1."""
+    h = len(fs.stack)
+    base = h - 3
+    if fs.opt.hook is None:
+        fs.stack.truncate(base)
+        fs.stack.push(Const(ValType.I32, MASK32))
+        return
+    fs.stack.materialize_all()
+    fs.stack.spill_regs(h)
+    fs.emit(*(load_frame(r, fs.stack.spill_off(base + k)) for k, r in enumerate((R1, R2, R3))),
+            ldx(8, R4, R10, BPF_FIBER_SCALAR), call(EMIT_FUNC), stx(8, R10, BPF_TEMP2, T0))
+    fs.stack.truncate(base)
+    fs.stack.reload_regs(base)
+    slot = fs.stack.push(Slot(ValType.I32))
+    dst = fs.stack.dst(slot)
+    fs.emit(ldx(8, dst, R10, BPF_TEMP2), mov(dst, dst, w32=True))
     fs.stack.finish(slot, dst, ValType.I32)
 
 

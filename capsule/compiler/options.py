@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import abi
+from .hook_abi import HOOK_KINDS
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class Options:
     #: estimated instructions one BPF program may hold before the object is split into several joined by tail
     #: calls (each program gets its own verifier budget of 1M processed instructions, about 2 per instruction)
     program_budget: int = 350_000
+    #: also build a hook entry program (``capsule.compiler.hooks``) that runs the guest's packet handler on
+    #: every packet: "xdp" or "tc" (None: only the run entry); loop back-edges then charge the per-packet budget
+    hook: str | None = None
 
     def __post_init__(self) -> None:
         if self.stack_size & (self.stack_size - 1) or not (1 << 16) <= self.stack_size <= 64 << 20:
@@ -32,6 +36,12 @@ class Options:
         if not 1 <= self.fibers <= abi.MAX_FIBERS or self.fibers * self.stack_size > room:
             raise ValueError(f"{self.fibers} fibers of {self.stack_size >> 20} MiB do not fit the window "
                              f"({room >> 20} MiB for stacks)")
+        if self.hook not in (None, *HOOK_KINDS):
+            raise ValueError(f"no hook {self.hook!r} (there are: {', '.join(HOOK_KINDS)})")
+        if self.hook is not None and not self.may_goto:
+            raise ValueError("a hook program needs may_goto (its per-packet budget is charged behind it)")
+        if self.hook is not None and self.fibers < 2:
+            raise ValueError("a hook program needs at least 2 fibers: one per CPU and one for the host")
 
     def replace(self, **kw: Any) -> Options:
         return replace(self, **kw)

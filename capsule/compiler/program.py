@@ -19,12 +19,12 @@ from capsule.bpf.uapi import MapFlags, MapType, ProgType
 from capsule.guest.softfloat import TRAP_CHECKS, WASM_OPS, add_to_btf, library
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, op_name
 
-from . import abi, meta, packing
+from . import abi, hook_abi, hooks, meta, packing
 from .calls import DIRECT_ENTRY_INSNS, direct_entry, leaf_stub, return_label, return_stub
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, Layout, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
-from .function import compile_function
+from .function import SPLIT_BRANCHES, compile_function
 from .inline import inline_small_functions
 from .options import Options
 from .state import CompileError, LoweredFunction, ModuleInfo
@@ -87,12 +87,22 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     protos = _Protos(btf)
     programs: dict[str, ProgramSpec] = {}
     ranges: list[list[tuple[int, int]]] = []
+    if opt.hook is not None:
+        library[hooks.EMIT_FUNC] = hooks.emit_function()
     for k in range(nparts):
         owners = [(r, j) for j, r in enumerate(plan.programs) if j != k] if split else []
         layout = Layout(k, plan.local(k), owners)
         ps, code_ranges = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module)
         programs[ps.name] = ps
         ranges.append(code_ranges)
+    extra: dict[str, bytes] = {}
+    if opt.hook is not None:  # the hook's entry, with the same physical functions as the run entry
+        handler = hooks.handler_index(module)
+        layout = Layout(0, plan.local(0), [(r, j) for j, r in enumerate(plan.programs) if j != 0] if split else [])
+        entry = hooks.entry(opt.hook, layout, opt, regional[handler - module.num_imported_funcs].regions[0])
+        ps, _ = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module, entry=entry)
+        programs[ps.name] = ps
+        extra[hook_abi.HOOK_SECTION] = hooks.describe(opt, handler, module)
     description, data = describe(module, opt, types, lowered, region_ids, info, ranges[0])
     if split:
         description = replace(description, shared=plan.shared, parts=tuple(
@@ -101,12 +111,14 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
                                     flags=MapFlags.MMAPABLE)}
     if split:
         maps[abi.PROGRAMS_MAP] = MapSpec(abi.PROGRAMS_MAP, MapType.PROG_ARRAY, 4, 4, nparts)
+    if opt.hook is not None:
+        maps.update(hooks.maps(opt))
     return ObjectSpec(
         programs=programs,
         maps=maps,
         btf=btf,
         license="GPL",
-        extra_sections={abi.META_SECTION: description.to_json(), abi.DATA_SECTION: data},
+        extra_sections={abi.META_SECTION: description.to_json(), abi.DATA_SECTION: data, **extra},
     )
 
 
@@ -148,7 +160,9 @@ class _Protos:
 
     def func(self, name: str, *, main: bool = False) -> int:
         if name not in self.ids:
-            if name.startswith(LIB_PREFIX):
+            if name == hooks.EMIT_FUNC:
+                self.ids[name] = hooks.emit_btf(self.btf)
+            elif name.startswith(LIB_PREFIX):
                 self.ids[name] = add_to_btf(self.btf, library()[name.removeprefix(LIB_PREFIX)])
             else:
                 self.ids[name] = self.btf.add_func(name, self.main if main else self.phys)
@@ -156,12 +170,13 @@ class _Protos:
 
 
 def _program(layout: Layout, phys: list[_PhysCode], leaves: dict[str, LoweredFunction], library: dict[str, Code],
-             region_ids: dict[RegionKey, int], opt: Options, protos: _Protos,
-             module: Module) -> tuple[ProgramSpec, list[tuple[int, int]]]:
-    """Program ``layout.k``: its entry and dispatcher, its physical functions, and the leaves and soft-float
-    functions their code calls; with (first slot, wasm function) of every function's code in it."""
+             region_ids: dict[RegionKey, int], opt: Options, protos: _Protos, module: Module,
+             entry: Code | None = None) -> tuple[ProgramSpec, list[tuple[int, int]]]:
+    """Program ``layout.k``: its entry and dispatcher (or the hook's ``entry``), its physical functions, and
+    the leaves and soft-float functions their code calls; with (first slot, wasm function) of every
+    function's code in it."""
     total = Code()
-    total.append(entry_program(layout, opt.fibers, opt.may_goto))
+    total.append(entry if entry is not None else entry_program(layout, opt.fibers, opt.may_goto))
     starts = [phys_name(p) for p in layout.local]
     func_starts: list[tuple[int, int]] = []  # (instruction index, wasm function), for verifier diagnostics
     for p in layout.local:
@@ -180,7 +195,7 @@ def _program(layout: Layout, phys: list[_PhysCode], leaves: dict[str, LoweredFun
     except AsmError as e:
         raise _in_function(e, func_starts, module) from None
     slots = slot_offsets(insns)
-    name = abi.program_name(layout.k)
+    name = abi.program_name(layout.k) if entry is None else hook_abi.HOOK_PROGRAM
     if slots[-1] + insns[-1].slots() > MAX_PROGRAM_INSNS:
         # the physical functions are as small as the plan makes them: what is left is one function's code
         sizes = sorted(((b - a, f) for (a, f), (b, _) in zip(func_starts, func_starts[1:] + [(len(total), -1)],
@@ -195,12 +210,15 @@ def _program(layout: Layout, phys: list[_PhysCode], leaves: dict[str, LoweredFun
         starts = [*BOUNDED_FUNCS, *starts]
     for fn in starts:
         func_infos.append(FuncInfo(slots[total.position(total.labels[fn])], protos.func(fn)))
-    ps = ProgramSpec(name, "tc", ProgType.SCHED_CLS, insns, func_infos=func_infos)
+    section, ptype, flags, attach = ("tc", ProgType.SCHED_CLS, 0, 0) if entry is None else \
+        hooks.PROGRAM_TYPES[opt.hook or ""]
+    ps = ProgramSpec(name, section, ptype, insns, func_infos=func_infos, flags=flags, expected_attach_type=attach)
     return ps, [(slots[total.position(i)], f) for i, f in func_starts]
 
 
 def _called(code: Code, leaves: dict[str, LoweredFunction], library: dict[str, Code]) -> list[str]:
-    """The leaves and soft-float functions ``code`` calls, and those they call, in a stable order."""
+    """The leaves, soft-float functions and ``capsule_emit`` that ``code`` calls, and those they call, in a
+    stable order."""
     want: list[str] = []
     seen: set[str] = set()
     todo = [code]
@@ -214,7 +232,8 @@ def _called(code: Code, leaves: dict[str, LoweredFunction], library: dict[str, C
                 seen.add(ref)
                 want.append(ref)
                 todo.append(leaves[ref].code)
-            elif ref.startswith(LIB_PREFIX) and ref.removeprefix(LIB_PREFIX) in library:
+            elif (ref.startswith(LIB_PREFIX) and ref.removeprefix(LIB_PREFIX) in library) or \
+                    (ref == hooks.EMIT_FUNC and ref in library):
                 seen.add(ref)
                 want.append(ref)
     return sorted(want, key=lambda n: (n.startswith(LIB_PREFIX), n))
@@ -342,8 +361,8 @@ def library_needed(m: Module) -> set[str]:
 
 
 def choose_leaves(m: Module) -> frozenset[int]:
-    """Functions compiled as plain BPF functions: no calls, no loops, nothing that suspends. When there are
-    more than fit, the most-called win."""
+    """Functions compiled as plain BPF functions: no calls, no loops, nothing that suspends, and not too long.
+    When there are more than fit, the most-called win."""
     calls: dict[int, int] = {}
     for f in m.funcs:
         for ins in f.body:
@@ -351,7 +370,10 @@ def choose_leaves(m: Module) -> frozenset[int]:
                 assert isinstance(ins.imm, int)
                 calls[ins.imm] = calls.get(ins.imm, 0) + 1
     n = m.num_imported_funcs
-    cands = [n + k for k, f in enumerate(m.funcs) if not any(ins.op in _NOT_LEAF for ins in f.body)]
+    # a leaf is one BPF function, one path for the verifier: one too long to cut into regions
+    # (``function.SPLIT_BRANCHES``; every wasm instruction lowers to at most about one conditional jump)
+    cands = [n + k for k, f in enumerate(m.funcs)
+             if len(f.body) <= SPLIT_BRANCHES and not any(ins.op in _NOT_LEAF for ins in f.body)]
     cands.sort(key=lambda i: -calls.get(i, 0))
     return frozenset(cands[:MAX_LEAVES])
 

@@ -88,6 +88,9 @@ class Instance:
         self.mem = arena.memory
         self._committed_stacks: set[int] = set()
         self._repeat = 1
+        # False while programs that cannot be told about new pages run concurrently (an attached hook): a
+        # memory.grow past the committed pages then fails instead of being served
+        self.can_grow = True
         try:
             self._instantiate()
         except BaseException:
@@ -385,6 +388,8 @@ class Instance:
         """Serve status GROW: back linear memory up to ``needed`` bytes and, so that the next grows need no
         round trip, an eighth more (at least GROW_AHEAD), within the maximum. The guest's memory.grow then
         retries; anything the host cannot back makes that grow fail, as past the maximum."""
+        if not self.can_grow:
+            return
         ctrl = abi.CTRL
         committed = self.u64(ctrl + abi.CTRL_COMMITTED)
         limit = min(self.u64(ctrl + abi.CTRL_MEM_MAX_PAGES) * abi.WASM_PAGE, abi.RT_BASE)

@@ -38,6 +38,7 @@ from capsule.toolchain.cache import cache_dir
 from capsule.toolchain.clang import ToolchainError, tool
 from capsule.toolchain.objects import Job, compile_objects, compiler_version, sha256_bytes, sha256_path
 from capsule.toolchain.progress import BuildEvent, Progress, no_progress
+from capsule.wasm import VARS_SECTION
 
 GUEST_DIR = Path(__file__).resolve().parent.parent / "guest"
 GUEST_INCLUDE = GUEST_DIR / "include"  # capsule's headers: setjmp.h, pthread.h and wrappers of wasi-libc's
@@ -61,6 +62,20 @@ LIBC_ARCHIVE = "libcapsule.a"
 WASI_EMULATIONS = ("signal", "process-clocks", "mman")
 EMULATION_DEFINES = ("-D_WASI_EMULATED_SIGNAL", "-D_WASI_EMULATED_PROCESS_CLOCKS", "-D_WASI_EMULATED_MMAN",
                      "-D_WASI_EMULATED_GETPID")  # getpid itself is capsule's (guest/libc/getpid.c)
+# A program for a hook (``build_wasm(hook=True)``): no _start (the host calls capsule_hook_start, then the
+# handler), output to the ring buffer, malloc on a heap safe from every CPU at once; everything compiled with
+# real atomics (wasm's threads proposal: clang otherwise lowers C11 atomics to plain loads and stores).
+HOOK_RUNTIME_SOURCES = (
+    GUEST_DIR / "wasi" / "wasi_io.c",
+    GUEST_DIR / "wasi" / "memfs.c",
+    GUEST_DIR / "wasi" / "memfs_path.c",
+    GUEST_DIR / "crt" / "sjlj.c",
+    GUEST_DIR / "hook" / "heap.c",
+    GUEST_DIR / "hook" / "hook_rt.c",
+)
+# -fno-builtin-*: clang would turn fprintf(stdout, "text") into fwrite on the shared FILE, past the runtime's
+# own fprintf, which writes one ring record per call from the calling fiber's stack
+HOOK_FLAGS = ("-matomics", "-DCAPSULE_HOOK", "-fno-builtin-fprintf", "-fno-builtin-fputs")
 TARGET = "wasm32-wasi"
 #: the one set of source suffixes capsule builds (C++ gets clang++-19 and libc++); every command asks is_source
 C_SUFFIXES = (".c",)
@@ -101,7 +116,7 @@ def is_cxx(path: str | Path) -> bool:
 def runtime_digest() -> str:
     """The content hash of the guest runtime (its sources and headers, the libc layer's too)."""
     h = hashlib.sha256()
-    for sub in ("wasi", "crt", "include", "libc"):
+    for sub in ("wasi", "crt", "include", "libc", "hook"):
         for p in sorted((GUEST_DIR / sub).rglob("*")):
             if p.suffix in (".c", ".h"):
                 h.update(p.relative_to(GUEST_DIR).as_posix().encode() + b"\0" + p.read_bytes())
@@ -136,13 +151,15 @@ def compile_flags(user: Sequence[str]) -> list[str]:
     return list(user) if any(f.startswith("-O") for f in user) else [DEFAULT_OPT, *user]
 
 
-def _link_flags(user: Sequence[str]) -> list[str]:
+def _link_flags(user: Sequence[str], hook: bool = False) -> list[str]:
     """The flags of the final link: only those that mean something to the linker reach it."""
     keep = [f for f in compile_flags(user) if f.startswith(("-l", "-L", "-Wl,", "-O", "-g", "-f", "-m"))]
     # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through; the C stack's
     # bounds for the runtime, which traps a stack pointer that leaves them (before the stack reaches the data)
     out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table",
            "-Wl,--export=__stack_low", "-Wl,--export=__stack_high"]
+    if hook:
+        out.append("-Wl,--no-entry")
     if not any("--max-memory" in f for f in user):
         out.append(f"-Wl,--max-memory={DEFAULT_MAX_MEMORY}")
     return out + keep
@@ -162,17 +179,20 @@ def _sources(sources: Sequence[str | Path | Source]) -> list[Source]:
 
 def build_wasm(sources: Sequence[str | Path | Source], flags: Sequence[str] = (), *,
                output: str | Path | None = None, cache: Path | None = None, workers: int | None = None,
-               progress: Progress = no_progress) -> BuildResult:
+               progress: Progress = no_progress, hook: bool = False) -> BuildResult:
     """Build C/C++ ``sources`` (plus capsule's guest runtime) into a wasm32-wasi module.
 
     ``flags`` go to clang for every source (a ``Source`` adds its own) and, where they concern linking
     (``-l``, ``-L``, ``-Wl,``), to the link. Raises ToolchainError with clang's diagnostics when a source does
     not compile or link. ``output`` gets a copy of the result; the result itself lives in the cache.
     ``workers`` compiles run at once (default: one per core); ``progress`` hears of each object and the link.
+    ``hook``: a program for an XDP or tc hook (``HOOK_RUNTIME_SOURCES``), whose global variables are exported
+    by name (the host reads and writes them while it runs) with their sizes in a custom section
+    (``VARS_SECTION``).
     """
     srcs = _sources(sources)
     cxx = any(is_cxx(s.path) for s in srcs)
-    flags = list(flags)
+    flags = [*HOOK_FLAGS, *flags] if hook else list(flags)
     root = cache or cache_dir("build")
     jobs = [Job(tool("clang++-19" if is_cxx(s.path) else "clang-19"),
                 (*wasm_flags(is_cxx(s.path)), *compile_flags(flags), *s.flags), s.path) for s in srcs]
@@ -180,10 +200,11 @@ def build_wasm(sources: Sequence[str | Path | Source], flags: Sequence[str] = ()
         objs = compile_objects(jobs, root / "obj", workers=workers, progress=progress)
     except ToolchainError as e:
         raise ToolchainError(_explain(str(e))) from None
-    runtime = runtime_objects(root)
+    runtime = runtime_objects(root, hook=hook)
     linker = tool("clang++-19" if cxx else "clang-19")
-    link = [*wasm_flags(cxx), *_link_flags(flags)]
-    key = sha256_bytes(json.dumps([BUILD_VERSION, compiler_version(linker), link, WASI_EMULATIONS,
+    variables = _data_symbols([o.path for o in objs]) if hook else {}
+    link = [*wasm_flags(cxx), *_link_flags(flags, hook), *(f"-Wl,--export={name}" for name in variables)]
+    key = sha256_bytes(json.dumps([BUILD_VERSION, compiler_version(linker), link, WASI_EMULATIONS, hook,
                                    [o.digest for o in objs], [sha256_path(r) for r in runtime]]).encode())[:32]
     wasm = root / f"{key}.wasm"
     compiled = tuple(o.source.name for o in objs if not o.cached)
@@ -203,6 +224,9 @@ def build_wasm(sources: Sequence[str | Path | Source], flags: Sequence[str] = ()
                 message = message.replace(str(o.path), f"{o.source.name} (object)")
             raise ToolchainError(f"linking {names} failed:\n{message}")
         diagnostics += res.stderr
+        if hook:
+            with part.open("ab") as f:
+                f.write(custom_section(VARS_SECTION, json.dumps(variables).encode()))
         os.replace(part, wasm)
     progress(BuildEvent("link", 1, 1, wasm.name))
     _copy_out(wasm, output)
@@ -220,27 +244,58 @@ def _explain(message: str) -> str:
     return message
 
 
+def _data_symbols(objs: Sequence[Path]) -> dict[str, int]:
+    """The global variables the objects define, with their sizes in bytes (``llvm-nm``)."""
+    res = subprocess.run([tool("llvm-nm-19"), "--defined-only", "--print-size", *map(str, objs)],
+                         capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise ToolchainError(f"llvm-nm could not list the program's symbols:\n{res.stderr.rstrip()}")
+    out: dict[str, int] = {}
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in ("D", "B", "R"):
+            out[parts[3]] = int(parts[1], 16)
+    return out
+
+
+def custom_section(name: str, payload: bytes) -> bytes:
+    """A wasm custom section (id 0), to append to a module."""
+    body = _leb(len(name.encode())) + name.encode() + payload
+    return b"\0" + _leb(len(body)) + body
+
+
+def _leb(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
 def _copy_out(wasm: Path, output: str | Path | None) -> None:
     if output is not None:
         shutil.copyfile(wasm, output)
 
 
-def runtime_objects(root: Path | None = None) -> list[Path]:
+def runtime_objects(root: Path | None = None, *, hook: bool = False) -> list[Path]:
     """The guest runtime compiled to wasm objects, and the libc layer as an archive (``libcapsule.a``: its
     members are linked only where the program does not define the function itself), cached by the runtime's
-    content hash."""
-    d = (root or cache_dir("build")) / f"runtime-{runtime_digest()[:16]}"
-    objs = [d / f"{src.stem}.o" for src in RUNTIME_SOURCES]
+    content hash; ``hook``: the runtime of a hook program, compiled with its flags."""
+    sources = HOOK_RUNTIME_SOURCES if hook else RUNTIME_SOURCES
+    extra = HOOK_FLAGS if hook else ()
+    d = (root or cache_dir("build")) / f"runtime-{'hook-' if hook else ''}{runtime_digest()[:16]}"
+    objs = [d / f"{src.stem}.o" for src in sources]
     archive = d / LIBC_ARCHIVE
     if all(o.is_file() for o in objs) and archive.is_file():
         return [*objs, archive]
     d.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}.{threading.get_ident()}"
-    for src, obj in zip(RUNTIME_SOURCES, objs, strict=True):
-        _compile_runtime(src, obj, tag)
+    for src, obj in zip(sources, objs, strict=True):
+        _compile_runtime(src, obj, tag, extra)
     members = [d / f"libc-{src.stem}.o" for src in LIBC_SOURCES]
     for src, obj in zip(LIBC_SOURCES, members, strict=True):
-        _compile_runtime(src, obj, tag)
+        _compile_runtime(src, obj, tag, extra)
     part = archive.with_suffix(f".{tag}.part")
     res = subprocess.run([tool("llvm-ar-19"), "rcs", str(part), *map(str, members)], capture_output=True,
                          text=True, check=False)
@@ -250,9 +305,9 @@ def runtime_objects(root: Path | None = None) -> list[Path]:
     return [*objs, archive]
 
 
-def _compile_runtime(src: Path, obj: Path, tag: str) -> None:
+def _compile_runtime(src: Path, obj: Path, tag: str, extra: Sequence[str]) -> None:
     part = obj.with_suffix(f".{tag}.part")
-    cmd = [tool("clang-19"), *wasm_flags(False), "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
+    cmd = [tool("clang-19"), *wasm_flags(False), *extra, "-O2", "-Wall", "-Wextra", "-c", str(src), "-o", str(part)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode:
         raise ToolchainError(f"capsule's guest runtime does not compile ({src.name}):\n{res.stderr.rstrip()}")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .errors import InvalidError, MalformedError, UnsupportedError, WasmError
 from .module import (
+    VARS_SECTION,
     BlockType,
     BrTable,
     CustomSection,
@@ -71,6 +72,7 @@ __all__ = [
     "SegmentMode",
     "TableType",
     "UnsupportedError",
+    "VARS_SECTION",
     "ValType",
     "WasmError",
     "load",

@@ -69,12 +69,16 @@ class FuncType:
         return f"[{' '.join(map(str, self.params))}] -> [{' '.join(map(str, self.results))}]"
 
 
+VARS_SECTION = "capsule.vars"  # added by capsule's hook builds: {global variable of the program: size in bytes}
+
+
 @dataclass(frozen=True)
 class Limits:
     """Sizes in pages (memories) or elements (tables); ``max`` is None when unbounded."""
 
     min: int
     max: int | None = None
+    shared: bool = False  # a shared memory (threads proposal)
 
 
 @dataclass(frozen=True)
@@ -236,6 +240,8 @@ class Data:
 
 @dataclass
 class CustomSection:
+    """A custom section (id 0): its name and contents (``VARS_SECTION`` is one capsule itself writes)."""
+
     name: str
     data: bytes
     offset: int = 0  # of the section's contents (after the name)

@@ -1,9 +1,9 @@
 """The instruction table: every opcode capsule decodes, its immediates, and (for plain ops) its stack type.
 
 One table drives both the decoder (which immediates follow the opcode) and the validator (what a plain numeric
-instruction pops and pushes), so adding an instruction is one line. Opcodes behind the 0xFC prefix get the
-value ``0xFC00 | subopcode`` so that every instruction is one ``Op`` member and a compiler can ``match`` on
-it.
+instruction pops and pushes), so adding an instruction is one line. Opcodes behind the 0xFC and 0xFE
+prefixes get the values ``0xFC00 | subopcode`` and ``0xFE00 | subopcode`` so that every instruction is one
+``Op`` member and a compiler can ``match`` on it.
 
 Stack signatures are written ``params:results`` with one letter per value: ``i`` i32, ``I`` i64, ``f`` f32,
 ``F`` f64. Instructions whose typing depends on their immediates or on context (control, locals, select,
@@ -45,6 +45,11 @@ class Imm(IntEnum):
     ELEM = 21  # int: element segment index
     TABLE_TABLE = 22  # (destination table, source table)
 
+
+# the threads proposal's read-modify-write widths, in opcode order: (type, name part, suffix, stack letter)
+_RMW_WIDTHS = (("i32", "rmw", "", "i"), ("i64", "rmw", "", "I"), ("i32", "rmw8", "_u", "i"),
+               ("i32", "rmw16", "_u", "i"), ("i64", "rmw8", "_u", "I"), ("i64", "rmw16", "_u", "I"),
+               ("i64", "rmw32", "_u", "I"))
 
 # (opcode, name, immediate, signature or None). Loads/stores also appear in NATURAL_ALIGN below.
 _TABLE: list[tuple[int, str, Imm, str | None]] = [
@@ -193,6 +198,30 @@ _TABLE: list[tuple[int, str, Imm, str | None]] = [
     (0xFC0F, "table.grow", Imm.TABLE, None),
     (0xFC10, "table.size", Imm.TABLE, ":i"),
     (0xFC11, "table.fill", Imm.TABLE, None),
+    # the threads proposal (0xFE prefix): atomic memory accesses, wait/notify, fence
+    (0xFE00, "memory.atomic.notify", Imm.MEMARG, "ii:i"),
+    (0xFE01, "memory.atomic.wait32", Imm.MEMARG, "iiI:i"),
+    (0xFE02, "memory.atomic.wait64", Imm.MEMARG, "iII:i"),
+    (0xFE03, "atomic.fence", Imm.MEMORY, ":"),  # its immediate is a reserved zero byte, read like a memory index
+    (0xFE10, "i32.atomic.load", Imm.MEMARG, "i:i"),
+    (0xFE11, "i64.atomic.load", Imm.MEMARG, "i:I"),
+    (0xFE12, "i32.atomic.load8_u", Imm.MEMARG, "i:i"),
+    (0xFE13, "i32.atomic.load16_u", Imm.MEMARG, "i:i"),
+    (0xFE14, "i64.atomic.load8_u", Imm.MEMARG, "i:I"),
+    (0xFE15, "i64.atomic.load16_u", Imm.MEMARG, "i:I"),
+    (0xFE16, "i64.atomic.load32_u", Imm.MEMARG, "i:I"),
+    (0xFE17, "i32.atomic.store", Imm.MEMARG, "ii:"),
+    (0xFE18, "i64.atomic.store", Imm.MEMARG, "iI:"),
+    (0xFE19, "i32.atomic.store8", Imm.MEMARG, "ii:"),
+    (0xFE1A, "i32.atomic.store16", Imm.MEMARG, "ii:"),
+    (0xFE1B, "i64.atomic.store8", Imm.MEMARG, "iI:"),
+    (0xFE1C, "i64.atomic.store16", Imm.MEMARG, "iI:"),
+    (0xFE1D, "i64.atomic.store32", Imm.MEMARG, "iI:"),
+    # read-modify-write, from 0xFE1E: seven widths of each of add, sub, and, or, xor, xchg, cmpxchg
+    *((0xFE1E + 7 * k + j, f"{t}.atomic.{w}.{op}{u}", Imm.MEMARG,
+       f"i{v}{v if op == 'cmpxchg' else ''}:{v}")
+      for k, op in enumerate(("add", "sub", "and", "or", "xor", "xchg", "cmpxchg"))
+      for j, (t, w, u, v) in enumerate(_RMW_WIDTHS)),
 ]
 
 #: Every decoded instruction's opcode; members are named like ``I32_ADD``; ``op_name`` gives ``"i32.add"``.
@@ -403,6 +432,73 @@ else:
         TABLE_GROW = 0xFC0F
         TABLE_SIZE = 0xFC10
         TABLE_FILL = 0xFC11
+        MEMORY_ATOMIC_NOTIFY = 0xFE00
+        MEMORY_ATOMIC_WAIT32 = 0xFE01
+        MEMORY_ATOMIC_WAIT64 = 0xFE02
+        ATOMIC_FENCE = 0xFE03
+        I32_ATOMIC_LOAD = 0xFE10
+        I64_ATOMIC_LOAD = 0xFE11
+        I32_ATOMIC_LOAD8_U = 0xFE12
+        I32_ATOMIC_LOAD16_U = 0xFE13
+        I64_ATOMIC_LOAD8_U = 0xFE14
+        I64_ATOMIC_LOAD16_U = 0xFE15
+        I64_ATOMIC_LOAD32_U = 0xFE16
+        I32_ATOMIC_STORE = 0xFE17
+        I64_ATOMIC_STORE = 0xFE18
+        I32_ATOMIC_STORE8 = 0xFE19
+        I32_ATOMIC_STORE16 = 0xFE1A
+        I64_ATOMIC_STORE8 = 0xFE1B
+        I64_ATOMIC_STORE16 = 0xFE1C
+        I64_ATOMIC_STORE32 = 0xFE1D
+        I32_ATOMIC_RMW_ADD = 0xFE1E
+        I64_ATOMIC_RMW_ADD = 0xFE1F
+        I32_ATOMIC_RMW8_ADD_U = 0xFE20
+        I32_ATOMIC_RMW16_ADD_U = 0xFE21
+        I64_ATOMIC_RMW8_ADD_U = 0xFE22
+        I64_ATOMIC_RMW16_ADD_U = 0xFE23
+        I64_ATOMIC_RMW32_ADD_U = 0xFE24
+        I32_ATOMIC_RMW_SUB = 0xFE25
+        I64_ATOMIC_RMW_SUB = 0xFE26
+        I32_ATOMIC_RMW8_SUB_U = 0xFE27
+        I32_ATOMIC_RMW16_SUB_U = 0xFE28
+        I64_ATOMIC_RMW8_SUB_U = 0xFE29
+        I64_ATOMIC_RMW16_SUB_U = 0xFE2A
+        I64_ATOMIC_RMW32_SUB_U = 0xFE2B
+        I32_ATOMIC_RMW_AND = 0xFE2C
+        I64_ATOMIC_RMW_AND = 0xFE2D
+        I32_ATOMIC_RMW8_AND_U = 0xFE2E
+        I32_ATOMIC_RMW16_AND_U = 0xFE2F
+        I64_ATOMIC_RMW8_AND_U = 0xFE30
+        I64_ATOMIC_RMW16_AND_U = 0xFE31
+        I64_ATOMIC_RMW32_AND_U = 0xFE32
+        I32_ATOMIC_RMW_OR = 0xFE33
+        I64_ATOMIC_RMW_OR = 0xFE34
+        I32_ATOMIC_RMW8_OR_U = 0xFE35
+        I32_ATOMIC_RMW16_OR_U = 0xFE36
+        I64_ATOMIC_RMW8_OR_U = 0xFE37
+        I64_ATOMIC_RMW16_OR_U = 0xFE38
+        I64_ATOMIC_RMW32_OR_U = 0xFE39
+        I32_ATOMIC_RMW_XOR = 0xFE3A
+        I64_ATOMIC_RMW_XOR = 0xFE3B
+        I32_ATOMIC_RMW8_XOR_U = 0xFE3C
+        I32_ATOMIC_RMW16_XOR_U = 0xFE3D
+        I64_ATOMIC_RMW8_XOR_U = 0xFE3E
+        I64_ATOMIC_RMW16_XOR_U = 0xFE3F
+        I64_ATOMIC_RMW32_XOR_U = 0xFE40
+        I32_ATOMIC_RMW_XCHG = 0xFE41
+        I64_ATOMIC_RMW_XCHG = 0xFE42
+        I32_ATOMIC_RMW8_XCHG_U = 0xFE43
+        I32_ATOMIC_RMW16_XCHG_U = 0xFE44
+        I64_ATOMIC_RMW8_XCHG_U = 0xFE45
+        I64_ATOMIC_RMW16_XCHG_U = 0xFE46
+        I64_ATOMIC_RMW32_XCHG_U = 0xFE47
+        I32_ATOMIC_RMW_CMPXCHG = 0xFE48
+        I64_ATOMIC_RMW_CMPXCHG = 0xFE49
+        I32_ATOMIC_RMW8_CMPXCHG_U = 0xFE4A
+        I32_ATOMIC_RMW16_CMPXCHG_U = 0xFE4B
+        I64_ATOMIC_RMW8_CMPXCHG_U = 0xFE4C
+        I64_ATOMIC_RMW16_CMPXCHG_U = 0xFE4D
+        I64_ATOMIC_RMW32_CMPXCHG_U = 0xFE4E
 
 _NAMES: dict[int, str] = {code: name for code, name, _, _ in _TABLE}
 _NAMES[0x1C] = "select"
@@ -444,6 +540,14 @@ NATURAL_ALIGN: dict[int, int] = {
     0x3E: 2,
 }
 
+#: The atomic accesses (threads proposal) -> log2 of their width: their alignment must be exactly that.
+ATOMIC_ALIGN: dict[int, int] = {
+    0xFE00: 2, 0xFE01: 2, 0xFE02: 3, 0xFE10: 2, 0xFE11: 3, 0xFE12: 0, 0xFE13: 1, 0xFE14: 0, 0xFE15: 1, 0xFE16: 2,
+    0xFE17: 2, 0xFE18: 3, 0xFE19: 0, 0xFE1A: 1, 0xFE1B: 0, 0xFE1C: 1, 0xFE1D: 2,
+    **{0xFE1E + 7 * k + j: a for k in range(7) for j, a in enumerate((2, 3, 0, 1, 0, 1, 2))},
+}
+NATURAL_ALIGN.update(ATOMIC_ALIGN)
+
 #: Opcodes of proposals capsule does not implement, with the proposal's name (for UnsupportedError).
 UNSUPPORTED: dict[int, str] = {
     0x06: "exception handling (try)",
@@ -464,7 +568,6 @@ UNSUPPORTED: dict[int, str] = {
     0xD6: "typed function references (br_on_non_null)",
     0xFB: "garbage collection (0xFB prefix)",
     0xFD: "SIMD (0xFD prefix)",
-    0xFE: "threads (0xFE prefix)",
 }
 
 
@@ -473,4 +576,6 @@ def op_name(code: int) -> str:
     name = _NAMES.get(code)
     if name is not None:
         return name
-    return f"0xfc {code & 0xFF:#x}" if code >= 0xFC00 else f"opcode {code:#04x}"
+    if code >= 0xFC00:
+        return f"{code >> 8:#x} {code & 0xFF:#x}"
+    return f"opcode {code:#04x}"

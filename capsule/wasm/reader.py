@@ -60,7 +60,7 @@ _SECTION_NAMES = {
     12: "data count",
 }
 # Opcode byte -> immediate kind, as a list for speed in the decoding loop (None: not a single-byte opcode).
-_IMM_BY_BYTE: list[Imm | None] = [IMMEDIATE.get(b) if b != 0xFC else None for b in range(256)]
+_IMM_BY_BYTE: list[Imm | None] = [IMMEDIATE.get(b) if b not in (0xFC, 0xFE) else None for b in range(256)]
 
 
 class _Reader:
@@ -168,14 +168,12 @@ class _Reader:
     def limits(self, memory: bool) -> Limits:
         start = self.pos
         flags = self.byte()
-        if flags in (0x02, 0x03) and memory:
-            raise UnsupportedError("threads (shared memory)", start)
         if flags in (0x04, 0x05, 0x06, 0x07):
             raise UnsupportedError("memory64/table64 (64-bit limits)", start)
-        if flags not in (0x00, 0x01):
+        if flags not in (0x00, 0x01) and not (memory and flags in (0x02, 0x03)):  # 0x02: shared (threads)
             raise self.fail(f"malformed limits flags {flags:#x}", start)
         lo = self.u32()
-        return Limits(lo, self.u32() if flags & 1 else None)
+        return Limits(lo, self.u32() if flags & 1 else None, shared=bool(flags & 2))
 
 
 def _valtype(b: int, offset: int) -> ValType:
@@ -501,14 +499,15 @@ def _expr(r: _Reader, m: Module) -> list[Instr]:
         r.pos = at + 1
         kind = imm_by_byte[code]
         if kind is None:
-            if code == 0xFC:
+            if code in (0xFC, 0xFE):
+                prefix = code
                 sub = r.u32()
-                code = 0xFC00 | sub if sub <= 0xFF else -1
+                code = prefix << 8 | sub if sub <= 0xFF else -1
                 kind = IMMEDIATE.get(code)
                 if kind is None:
-                    if 0x12 <= sub <= 0x13:
+                    if prefix == 0xFC and 0x12 <= sub <= 0x13:
                         raise UnsupportedError("memory64/wide arithmetic (0xfc prefix)", at)
-                    raise r.fail(f"illegal opcode 0xfc {sub:#x}", at)
+                    raise r.fail(f"illegal opcode {prefix:#x} {sub:#x}", at)
             elif code in UNSUPPORTED:
                 raise UnsupportedError(UNSUPPORTED[code], at)
             else:

@@ -26,7 +26,7 @@ from .module import (
     TableType,
     ValType,
 )
-from .opcodes import NATURAL_ALIGN, SIGNATURE, Op, op_name
+from .opcodes import ATOMIC_ALIGN, NATURAL_ALIGN, SIGNATURE, Op, op_name
 
 MAX_PAGES = 65536  # 4 GiB of 64 KiB pages
 _CONST_OPS = {
@@ -91,6 +91,8 @@ def validate(m: Module) -> None:
         _check_limits(t.limits, 0xFFFF_FFFF, "table")
     for mem in m.all_memories():
         _check_limits(mem.limits, MAX_PAGES, "memory")
+        if mem.limits.shared and mem.limits.max is None:
+            raise InvalidError("shared memory must have maximum")
 
     # Every function a ref.func may name in code: those referenced outside function bodies.
     for exp in m.exports:
@@ -312,6 +314,9 @@ class _Body:
                             f"alignment must not be larger than natural in {op_name(op)}: "
                             f"2**{arg.align} > {1 << NATURAL_ALIGN[op]}"
                         )
+                    if op in ATOMIC_ALIGN and arg.align != ATOMIC_ALIGN[op]:
+                        raise self.fail(f"alignment must be exactly natural in {op_name(op)}: "
+                                        f"2**{arg.align} != {1 << ATOMIC_ALIGN[op]}")
                 elif op >= Op.MEMORY_SIZE:
                     self.special_plain(op, ins)
                 params, results = sig

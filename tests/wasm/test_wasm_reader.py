@@ -296,8 +296,6 @@ def test_malformed_body_names_function() -> None:
 UNSUPPORTED = {
     "SIMD prefix": (one_func(b"\xfd\x0c" + bytes(16) + b"\x1a\x0b"), "SIMD"),
     "v128 local": (one_func(b"\x0b", b"\x01\x01\x7b"), "SIMD"),
-    "threads prefix": (one_func(b"\xfe\x03\x00\x0b"), "threads"),
-    "shared memory": (HEADER + section(5, vec([b"\x03\x01\x02"])), "shared memory"),
     "memory64": (HEADER + section(5, vec([b"\x04\x01"])), "memory64"),
     "tag section": (HEADER + section(13, vec([])), "exception handling"),
     "tail call": (one_func(b"\x12\x00\x0b"), "tail calls"),
@@ -313,6 +311,23 @@ def test_unsupported(name: str) -> None:
     data, message = UNSUPPORTED[name]
     with pytest.raises(UnsupportedError, match=message):
         read_module(data)
+
+
+def test_threads_instructions_and_shared_memory() -> None:
+    """The threads proposal: 0xFE-prefixed opcodes (memargs, the fence's zero byte) and shared limits."""
+    mem = section(5, vec([b"\x03\x01\x02"]))  # shared, 1..2 pages
+    code = (b"\x41\x00\x41\x01\xfe\x1e\x02\x08\x1a"  # i32.atomic.rmw.add align=4 offset=8; drop
+            b"\xfe\x03\x00"  # atomic.fence
+            b"\x41\x00\x42\x00\x42\x07\xfe\x49\x03\x00\x1a\x0b")  # i64.atomic.rmw.cmpxchg; drop
+    m = load(HEADER + section(1, vec([b"\x60\0\0"])) + section(3, vec([b"\0"])) + mem
+             + section(10, vec([leb(len(code) + 1) + b"\0" + code])))
+    assert m.memories[0].limits.shared and m.memories[0].limits.max == 2
+    body = m.funcs[0].body
+    assert [i.op for i in body if i.op >= 0xFE00] == [Op.I32_ATOMIC_RMW_ADD, Op.ATOMIC_FENCE,
+                                                      Op.I64_ATOMIC_RMW_CMPXCHG]
+    assert body[2].imm == MemArg(2, 8)
+    with pytest.raises(MalformedError, match="illegal opcode 0xfe 0x4f"):
+        read_module(one_func(b"\xfe\x4f\x02\x00\x0b"))
 
 
 def test_block_type_by_index() -> None:

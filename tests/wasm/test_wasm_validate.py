@@ -54,6 +54,10 @@ VALID = {
     "natural alignment": "(memory 1) (func (drop (i64.load align=8 (i32.const 0)))"
     " (i32.store16 align=2 (i32.const 0) (i32.const 1)))",
     "start function": "(func $s) (start $s)",
+    "atomics on unshared and shared memory": """(memory 1 1 shared) (func (result i64)
+        (drop (i32.atomic.rmw8.xchg_u (i32.const 0) (i32.const 1))) (atomic.fence)
+        (drop (memory.atomic.wait32 (i32.const 0) (i32.const 0) (i64.const -1)))
+        (i64.atomic.rmw32.cmpxchg_u (i32.const 8) (i64.const 0) (i64.const 1)))""",
 }
 
 INVALID = {
@@ -120,6 +124,11 @@ INVALID = {
         "(func (table.copy 0 1 (i32.const 0) (i32.const 0) (i32.const 0)))",
         "type mismatch in table.copy",
     ),
+    "shared memory without maximum": ("(memory 1 shared)", "shared memory must have maximum"),
+    "atomic alignment below natural": (
+        "(memory 1) (func (drop (i32.atomic.load align=2 (i32.const 0))))",
+        "alignment must be exactly natural in i32.atomic.load",
+    ),
     "unknown type in call_indirect": (
         "(table 1 funcref) (func (call_indirect (type 9) (i32.const 0)))",
         "unknown type 9",
@@ -129,13 +138,13 @@ INVALID = {
 
 @pytest.mark.parametrize("name", VALID)
 def test_valid(name: str) -> None:
-    load(wat(f"(module {VALID[name]})"))
+    load(wat(f"(module {VALID[name]})", ["--enable-threads"]))
 
 
 @pytest.mark.parametrize("name", INVALID)
 def test_invalid(name: str) -> None:
     text, message = INVALID[name]
-    m = read_module(wat(f"(module {text})", ["--no-check"]))
+    m = read_module(wat(f"(module {text})", ["--no-check", "--enable-threads"]))
     with pytest.raises(InvalidError) as info:
         validate(m)
     assert message in str(info.value)
