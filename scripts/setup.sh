@@ -24,7 +24,7 @@ if [ ! -f "$bp" ] && [ -f /etc/apt/sources.list.d/debian.sources ]; then
 fi
 
 pkgs=(clang-19 lld-19 llvm-19 wabt libc6-dev wasi-libc libclang-rt-19-dev-wasm32
-      libc++-19-dev-wasm32 libc++abi-19-dev-wasm32 iproute2)
+      libc++-19-dev-wasm32 libc++abi-19-dev-wasm32 iproute2 csmith libcsmith-dev gcc-multilib creduce)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 bpmissing=()

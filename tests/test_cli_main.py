@@ -43,7 +43,7 @@ def test_one_bench_group_with_every_bench() -> None:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     bench = sub.choices["bench"]
     group = next(a for a in bench._actions if isinstance(a, argparse._SubParsersAction))
-    assert sorted(group.choices) == ["hooks", "integers", "loops", "opt"]
+    assert sorted(group.choices) == ["hooks", "integers", "loops", "opt", "programs"]
     assert [c.help for c in sub._choices_actions if c.dest == "bench"] == [
-        "benchmarks (loop mechanisms, integer kernels, optimiser, packet hooks)"]
+        "benchmarks (loop mechanisms, integer kernels, real programs, optimiser, packet hooks)"]
     assert build_parser().parse_args(["bench", "loops", "--n", "5"]).func.__module__ == "capsule.bench.loops"

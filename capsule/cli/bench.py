@@ -7,10 +7,11 @@ import argparse
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from capsule.bench import hooks, integers, loops, opt
+    from capsule.bench import hooks, integers, loops, opt, programs
 
-    bench = sub.add_parser("bench", help="benchmarks (loop mechanisms, integer kernels, optimiser, packet hooks)",
+    bench = sub.add_parser("bench",
+                           help="benchmarks (loop mechanisms, integer kernels, real programs, optimiser, packet hooks)",
                            description="Measure what the kernel's BPF machinery costs.")
     group = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
-    for module in (loops, integers, opt, hooks):
+    for module in (loops, integers, programs, opt, hooks):
         module.add_parser(group)
