@@ -13,6 +13,7 @@ faithful reference for the kernel run.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import sys
@@ -48,6 +49,8 @@ class Reason:
 FILETYPE_DIRECTORY = 3
 FILETYPE_REGULAR_FILE = 4
 FS_ENTRY_SIZE = 16
+MAX_GUEST_PATH = 1 << 16  # bytes of a guest file name the host reads before it gives up on finding its end
+_TMP_IDS = itertools.count()
 
 
 class WasiError(Exception):
@@ -260,25 +263,45 @@ class WasiHost:
     def _cstr(self, addr: int) -> str:
         buf = b""
         while b"\0" not in buf:
-            buf += self.guest.read(addr + len(buf), 256)
+            if len(buf) >= MAX_GUEST_PATH:
+                raise WasiError(f"a guest file name at {addr:#x} is longer than {MAX_GUEST_PATH} bytes")
+            try:
+                chunk = self.guest.read(addr + len(buf), 256)
+            except Exception:  # near the end of memory: byte by byte, which fails only at the true end
+                chunk = self.guest.read(addr + len(buf), 1)
+            if not chunk:
+                raise WasiError(f"a guest file name at {addr:#x} runs past the end of guest memory")
+            buf += chunk
         return buf[: buf.index(b"\0")].decode(errors="surrogateescape")
 
     def write_back(self, out_dir: Path) -> list[Path]:
-        """Write what the guest created or changed under ``out_dir`` (guest path /a/b -> out_dir/a/b)."""
+        """Write what the guest created or changed under ``out_dir`` (guest path /a/b -> out_dir/a/b). Every
+        path is checked before anything is written, and each file is written under a temporary name and renamed,
+        so an interrupted run leaves each file either as it was or whole."""
         root = out_dir.resolve()
-        written = []
+        name_max = os.pathconf(root, "PC_NAME_MAX")
+        plan = []
         for path, ftype, dirty, data in self.files():
             if not dirty:
                 continue
+            if "\0" in path or any(len(part.encode(errors="surrogateescape")) > name_max for part in path.split("/")):
+                shown = path if len(path) <= 80 else path[:80] + "..."
+                raise WasiError(f"guest path {shown!r} has a NUL byte or a name over {name_max} bytes")
             target = (root / path.lstrip("/")).resolve()
-            if root not in target.parents:
-                raise WasiError(f"guest path {path} leaves --out {out_dir}")
-            if ftype == FILETYPE_DIRECTORY:
-                target.mkdir(parents=True, exist_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-                written.append(target)
+            if target != root and root not in target.parents:
+                raise WasiError(f"guest path {path!r} leaves --out {out_dir}")
+            plan.append((path, target, ftype == FILETYPE_DIRECTORY, data))
+        written = []
+        for path, target, is_dir, data in plan:
+            try:
+                if is_dir:
+                    target.mkdir(parents=True, exist_ok=True)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    write_whole(target, data)
+                    written.append(target)
+            except OSError as e:
+                raise WasiError(f"cannot write guest file {path!r} to {target}: {e.strerror}") from None
         return written
 
     def run(self) -> int:
@@ -293,6 +316,19 @@ class WasiHost:
         if self.config.out_dir is not None:
             self.write_back(self.config.out_dir)
         return code & 0xFF
+
+
+def write_whole(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` under a temporary name in the same folder, then rename it into place: a
+    reader (or a run killed midway) never sees half of it. A failed write removes the temporary file."""
+    tmp = target.parent / f".capsule-{os.getpid()}-{next(_TMP_IDS)}.tmp"
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _isatty(stream: bytes | BinaryIO | None) -> bool:
@@ -334,11 +370,22 @@ class KernelGuest:
     def close(self) -> None:
         self.inst.close()
 
+    def _span(self, addr: int, size: int) -> slice:
+        """Guest memory [addr, addr + size), which must lie inside the guest's linear memory: the guest names
+        these addresses, and the host must not read or write the runtime area (or past the window) for it."""
+        from capsule.compiler import abi
+
+        limit = min(self.inst.memory_size, abi.RT_BASE)
+        if not 0 <= addr <= addr + size <= limit:
+            raise WasiError(f"the guest asked the host for bytes [{addr:#x}, {addr + size:#x}), outside its "
+                            f"{limit:#x} bytes of memory")
+        return slice(addr, addr + size)
+
     def read(self, addr: int, size: int) -> bytes:
-        return bytes(self.inst.mem[addr : addr + size])
+        return bytes(self.inst.mem[self._span(addr, size)])
 
     def write(self, addr: int, data: bytes) -> None:
-        self.inst.mem[addr : addr + len(data)] = data
+        self.inst.mem[self._span(addr, len(data))] = data
 
     def has_export(self, name: str) -> bool:
         return any(e.name == name for e in self.inst.meta.exports)
