@@ -279,7 +279,8 @@ class WasiHost:
         path is checked before anything is written, and each file is written under a temporary name and renamed,
         so an interrupted run leaves each file either as it was or whole."""
         root = out_dir.resolve()
-        name_max = os.pathconf(root, "PC_NAME_MAX")
+        existing = next(p for p in (root, *root.parents) if p.exists())  # --out itself may not exist yet
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
         plan = []
         for path, ftype, dirty, data in self.files():
             if not dirty:
