@@ -21,9 +21,10 @@ PACKAGE = ROOT / "capsule"
 #: the command line sit on top. ``ints`` is a leaf every part may use. The runtime does not reach back into the
 #: toolchain: what needs both (the choice of engine, linking a foreign module) lives above it.
 ALLOWED: dict[str, frozenset[str]] = {
-    name: frozenset(deps) | ({"ints"} if name != "ints" else set())
+    name: frozenset(deps) | ({"ints", "files"} - {name} if name not in ("ints", "files") else set())
     for name, deps in {
         "ints": (),
+        "files": (),
         "examples": (),
         "bpf": (),
         "wasm": (),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from capsule.files import write_whole
 from capsule.ints import signed
 
 from .btf import BTF, VMLINUX, BTFError, Linkage
@@ -33,7 +34,8 @@ __all__ = ["write_object", "object_bytes"]
 
 
 def write_object(spec: ObjectSpec, path: str | Path) -> None:
-    Path(path).write_bytes(object_bytes(spec))
+    """Write the object whole (under a temporary name, renamed into place): never half an object at ``path``."""
+    write_whole(path, object_bytes(spec))
 
 
 @dataclass

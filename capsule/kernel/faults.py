@@ -62,7 +62,7 @@ def inject(at: int | None = None, err: int = 0) -> Iterator[Faults]:
     """Within the block, bpf(2) call number ``at`` (counting from 1) fails with ``err`` instead of reaching the
     kernel; every call is recorded in the yielded ``Faults``. Not thread-safe: for tests."""
     faults = Faults(at, err)
-    real: Callable[..., int] = kernel_sys._syscall
+    real: Callable[[int, int, object, int], int] = kernel_sys._syscall
 
     def call(nr: int, cmd: int, attr: object, size: int) -> int:
         faults.calls.append((_command(cmd), _site()))
@@ -72,8 +72,8 @@ def inject(at: int | None = None, err: int = 0) -> Iterator[Faults]:
             return -1
         return real(nr, cmd, attr, size)
 
-    kernel_sys._syscall = call
+    kernel_sys._syscall = call  # type: ignore[assignment]  # a Python stand-in for the ctypes function
     try:
         yield faults
     finally:
-        kernel_sys._syscall = real
+        kernel_sys._syscall = real  # type: ignore[assignment]

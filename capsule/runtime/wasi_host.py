@@ -13,7 +13,6 @@ faithful reference for the kernel run.
 
 from __future__ import annotations
 
-import itertools
 import os
 import struct
 import sys
@@ -22,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
+
+from capsule.files import write_whole
 
 if TYPE_CHECKING:
     from capsule.compiler import Options
@@ -50,7 +51,6 @@ FILETYPE_DIRECTORY = 3
 FILETYPE_REGULAR_FILE = 4
 FS_ENTRY_SIZE = 16
 MAX_GUEST_PATH = 1 << 16  # bytes of a guest file name the host reads before it gives up on finding its end
-_TMP_IDS = itertools.count()
 
 
 class WasiError(Exception):
@@ -317,19 +317,6 @@ class WasiHost:
         if self.config.out_dir is not None:
             self.write_back(self.config.out_dir)
         return code & 0xFF
-
-
-def write_whole(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` under a temporary name in the same folder, then rename it into place: a
-    reader (or a run killed midway) never sees half of it. A failed write removes the temporary file."""
-    tmp = target.parent / f".capsule-{os.getpid()}-{next(_TMP_IDS)}.tmp"
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _isatty(stream: bytes | BinaryIO | None) -> bool:
