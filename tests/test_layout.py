@@ -38,7 +38,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         "testing": ("bpf", "compiler", "kernel", "runtime", "toolchain", "wasm"),
         "demo": ("bpf", "compiler", "kernel", "runtime", "testing", "toolchain", "wasm"),
         "bench": ("bpf", "compiler", "kernel", "opt", "runtime", "sources", "testing", "toolchain", "wasm"),
-        "cli": ("bench", "bpf", "compiler", "demo", "kernel", "opt", "runtime", "sources", "testing",
+        "fuzz": ("bpf", "compiler", "kernel", "opt", "runtime", "wasm"),
+        "cli": ("bench", "bpf", "compiler", "demo", "fuzz", "kernel", "opt", "runtime", "sources", "testing",
                 "toolchain", "wasm"),
     }.items()
 }

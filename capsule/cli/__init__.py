@@ -20,6 +20,7 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
     as one line ``capsule: [SUBJECT: ]ERROR[HINT]``. The first row the error belongs to decides, so subclasses
     come before their bases; an error in no row is a bug in capsule and keeps its traceback."""
     from capsule.bpf.elf import ObjectError
+    from capsule.bpf.elf_write import WriteError
     from capsule.kernel.errors import LoadError
     from capsule.runtime.errors import CallError, GuestRejected, GuestTrap
     from capsule.runtime.wasi_host import WasiError
@@ -30,18 +31,18 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
     return (
         ((PermissionError,), 1, PERMISSION_HINT),
         ((LoadError, ToolchainError, CallError, GuestRejected, GuestTrap, WasiError, WasmError, FetchError,
-          ObjectError, OSError), 1, ""),
+          ObjectError, WriteError, OSError), 1, ""),
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from capsule.cli import bench, build, demo, inspect, opt, run
+    from capsule.cli import bench, build, demo, fuzz, inspect, opt, run
 
     p = argparse.ArgumentParser(
         prog="capsule", description="Run ordinary programs inside the Linux kernel as eBPF."
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (inspect, demo, build, run, opt, bench):
+    for group in (inspect, demo, build, run, opt, bench, fuzz):
         group.add_parsers(sub)
     return p
 
