@@ -22,6 +22,7 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
     from capsule.bpf.elf import ObjectError
     from capsule.bpf.elf_write import WriteError
     from capsule.kernel.errors import LoadError
+    from capsule.opt.rewrite import RewriteError
     from capsule.runtime.errors import CallError, GuestRejected, GuestTrap
     from capsule.runtime.wasi_host import WasiError
     from capsule.sources.fetch import FetchError
@@ -31,7 +32,7 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
     return (
         ((PermissionError,), 1, PERMISSION_HINT),
         ((LoadError, ToolchainError, CallError, GuestRejected, GuestTrap, WasiError, WasmError, FetchError,
-          ObjectError, WriteError, OSError), 1, ""),
+          ObjectError, WriteError, RewriteError, OSError), 1, ""),
     )
 
 

@@ -29,6 +29,7 @@ from capsule.compiler import abi, compile_module
 from capsule.kernel.collection import create_maps, load_object_btf, load_program
 from capsule.kernel.errors import BPFError, LoadError
 from capsule.opt.pipeline import CodeOutsideProgramsError, make_passes, optimize_object, refuse_code_outside_programs
+from capsule.opt.rewrite import RewriteError
 from capsule.runtime.errors import CallError, GuestExit, GuestRejected, GuestTrap, Pending
 from capsule.runtime.instance import Instance
 from capsule.wasm import ExternKind, UnsupportedError, WasmError, load
@@ -170,6 +171,8 @@ class ElfTarget(Target):
             outcome = "optimised"
         except CodeOutsideProgramsError:
             pass
+        except RewriteError:  # code the optimizer cannot take apart (a jump into an ld_imm64, a register r11)
+            outcome = "not optimisable"
         except WriteError:  # what the writer cannot express yet (extern variables): one clear error
             outcome = "not writable"
         if self.kernel and _maps_small(spec):
