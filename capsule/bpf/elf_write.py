@@ -146,10 +146,7 @@ class _Writer:
                 if fn.name not in self.text_names:
                     self.text_names[fn.name] = fn
                     self.text.append(fn)
-            self.sections.setdefault(
-                prog.section or section_for(prog.type, prog.expected_attach_type, prog.flags, prog.attach_to),
-                [],
-            ).append(fns[0])
+            self.sections.setdefault(prog.section or self._section_for(prog), []).append(fns[0])
             if fns[0].type_id == 0:
                 fns[0].type_id = program_func_type(self.btf, prog.name)
         for fn in self.text:
@@ -274,6 +271,13 @@ class _Writer:
             raise
         except ValueError as e:  # a kfunc this kernel does not have: its prototype cannot be written
             raise WriteError(str(e)) from None
+
+    @staticmethod
+    def _section_for(prog: ProgramSpec) -> str:
+        try:
+            return section_for(prog.type, prog.expected_attach_type, prog.flags, prog.attach_to)
+        except ValueError as e:  # a program of no known type and no section name to keep
+            raise WriteError(f"program {prog.name!r}: {e}") from None
 
     def _relocate(self, fn: _Fn, k: int, ins: Insn, fn_sym: dict[str, Symbol], map_sym: dict[str, Symbol],
                   data_sym: dict[str, Section], externs: dict[str, Symbol],

@@ -4,12 +4,18 @@ was a Python traceback where a user should read one line."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from capsule.bpf.elf import read_object
-from capsule.bpf.elf_write import write_object
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from capsule.bpf.elf import ObjectError, read_object
+from capsule.bpf.elf_write import WriteError, object_bytes, write_object
+from capsule.bpf.uapi import ProgType
 from tests.clang import CORPUS, compile_bpf
 
 EXTERNS = Path(__file__).parents[1] / "bpf" / "elf_inputs" / "externs.c"
@@ -56,3 +62,47 @@ def test_opt_of_an_object_calling_a_kfunc_this_kernel_lacks(tmp_path: Path) -> N
     bad = tmp_path / "bad.o"
     bad.write_bytes(data[:last] + b"bpf_arena_\x01ree_pages" + data[last + len(name):])
     _one_line(_capsule("opt", "--no-check", str(bad), "-o", str(tmp_path / "out.o")), "not a function in the kernel")
+
+
+def _patched(obj: Path, patch: Callable[[bytes, ELFFile], tuple[int, bytes]]) -> bytes:
+    data = obj.read_bytes()
+    at, value = patch(data, ELFFile(io.BytesIO(data)))
+    return data[:at] + value + data[at + len(value):]
+
+
+def _section_header(elf: ELFFile, name: str) -> int:
+    index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == name)
+    return int(elf.header["e_shoff"]) + index * int(elf.header["e_shentsize"])
+
+
+def test_a_section_running_past_the_end_of_the_file(tmp_path: Path) -> None:
+    """A section size of 2^47 (fuzzer, elf input 675 of seed 100) was believed: the license DATASEC got that size
+    and writing it back failed in struct.pack."""
+    data = _patched(compile_bpf(CORPUS / "xdp_parse.c"),
+                    lambda d, elf: (_section_header(elf, "license") + 32, (1 << 47).to_bytes(8, "little")))
+    with pytest.raises(ObjectError, match="section 'license' .* runs past the end of the file"):
+        read_object(data)
+    (tmp_path / "bad.o").write_bytes(data)
+    _one_line(_capsule("disasm", str(tmp_path / "bad.o")), "runs past the end of the file")
+
+
+def test_a_variable_outside_its_section(tmp_path: Path) -> None:
+    """A global's symbol value of 2^56 (fuzzer, elf input 1771 of seed 100) became its DATASEC offset."""
+    def patch(data: bytes, elf: ELFFile) -> tuple[int, bytes]:
+        symtab = elf.get_section_by_name(".symtab")
+        k = next(i for i, s in enumerate(symtab.iter_symbols())
+                 if s["st_info"]["type"] == "STT_OBJECT" and s["st_shndx"] not in ("SHN_UNDEF", "SHN_ABS")
+                 and elf.get_section(s["st_shndx"]).name in (".bss", ".data", ".rodata"))
+        return int(symtab["sh_offset"]) + k * int(symtab["sh_entsize"]) + 8, (1 << 56).to_bytes(8, "little")
+
+    with pytest.raises(ObjectError, match="lies outside the section"):
+        read_object(_patched(compile_bpf(CORPUS / "syscall_globals.c"), patch))
+
+
+def test_writing_a_program_of_no_known_type_without_a_section() -> None:
+    """(fuzzer, elf input 2896 of seed 100) a program whose section name was lost and whose type is UNSPEC."""
+    spec = read_object(compile_bpf(CORPUS / "xdp_parse.c"))
+    ps = next(iter(spec.programs.values()))
+    ps.section, ps.type = "", ProgType.UNSPEC
+    with pytest.raises(WriteError, match="no conventional section name"):
+        object_bytes(spec)
