@@ -28,7 +28,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description="Mutate seed inputs (from --seed, reproducibly) and run each through capsule: wasm modules "
                     "through the reader, validator, compiler and kernel; BPF objects through the reader, "
                     "disassembler, optimizer and loader; capsule objects with changed metadata through the host.")
-    s.add_argument("targets", nargs="*", choices=[*TARGETS, []], metavar="TARGET",
+    s.add_argument("targets", nargs="*", metavar="TARGET",
                    help=f"what to fuzz ({', '.join(TARGETS)}; default: all)")
     s.add_argument("--seed", type=int, default=0, help="the run's seed (default 0)")
     s.add_argument("--count", type=positive_int, help="inputs per target")
@@ -47,6 +47,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from capsule.fuzz import TARGETS, run_target
 
+    unknown = [t for t in args.targets if t not in TARGETS]
+    if unknown:
+        raise SystemExit(f"capsule fuzz: no target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
     seconds = MANY_SECONDS if args.many and args.time is None else args.time
     count = args.count if args.count is not None or seconds is not None else 100
     seeds = [Path(p) for p in args.seeds] or [Path(p) for p in DEFAULT_SEEDS if Path(p).is_dir()]
