@@ -167,6 +167,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CHECK] = _SessionCheck(config)
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: a run without xdist does not know it
 def pytest_testnodedown(node: Any, error: object) -> None:
     """(xdist, in the controller) a worker finished: keep what its own check found."""
     check = node.config.stash[_CHECK]
