@@ -25,7 +25,8 @@ from types import FrameType
 from .reduce import reduce
 from .targets import KernelRejected, Target
 
-INPUT_SECONDS = 30.0  # one input's time limit: the slowest stage (a kernel load) takes about a second
+INPUT_SECONDS = 30.0  # one input's CPU-time limit: the slowest stage (a kernel load) takes about a second
+WALL_FACTOR = 20
 
 
 class Hang(Exception):
@@ -73,7 +74,9 @@ def _fds() -> set[str]:
 
 
 def _where(e: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/capsule/" in f.filename]
+    """The innermost capsule frame the error passed (for a hang: where the input was when time ran out)."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if "/capsule/" in f.filename and not f.filename.endswith("/fuzz/engine.py")]
     if not frames:
         return "?"
     f = frames[-1]
@@ -82,16 +85,24 @@ def _where(e: BaseException) -> str:
 
 @contextmanager
 def _time_limit(seconds: float) -> Iterator[None]:
+    """``seconds`` of CPU time (the process's, the kernel's runs of its programs included), so that a loaded
+    machine does not make a slow input a hang; and, for an input that waits without working, WALL_FACTOR times
+    as many seconds of wall-clock time."""
     def expired(signum: int, frame: FrameType | None) -> None:
-        raise Hang(f"no answer within {seconds:g} s")
+        clock = "CPU" if signum == signal.SIGPROF else "wall-clock"
+        raise Hang(f"no answer within {seconds if signum == signal.SIGPROF else seconds * WALL_FACTOR:g} s "
+                   f"of {clock} time")
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = [signal.signal(sig, expired) for sig in (signal.SIGPROF, signal.SIGALRM)]
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds * WALL_FACTOR)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        for sig, handler in zip((signal.SIGPROF, signal.SIGALRM), previous, strict=True):
+            signal.signal(sig, handler)
 
 
 def attempt(target: Target, data: bytes, seconds: float = INPUT_SECONDS) -> tuple[str, Problem | None]:
