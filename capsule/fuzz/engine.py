@@ -29,8 +29,9 @@ INPUT_SECONDS = 30.0  # one input's CPU-time limit: the slowest stage (a kernel 
 WALL_FACTOR = 20
 
 
-class Hang(Exception):
-    """An input ran past its time limit."""
+class Hang(BaseException):
+    """An input ran past its time limit. Not an ``Exception``: a stage's catch-all (the ELF reader turns
+    whatever pyelftools raises into an ``ObjectError``) must not take it for the input's fault."""
 
 
 @dataclass(frozen=True)
