@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.clang import CORPUS, compile_bpf
+from tests.leaks import pin_path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "capsule" / "examples" / "packet_stats.bpf.c"
@@ -26,7 +27,7 @@ def capsule(*args: str) -> subprocess.CompletedProcess[str]:
 
 def bpftool_processed(obj: Path, tmp_path: Path) -> list[int]:
     """The processed-insns figures of bpftool's own verifier log (libbpf loads, -d prints the log)."""
-    pin = Path("/sys/fs/bpf") / f"capsule-test-{os.getpid()}-{tmp_path.name}"
+    pin = pin_path(f"{os.getpid()}-{tmp_path.name}")
     try:
         res = subprocess.run(
             ["bpftool", "-d", "prog", "loadall", str(obj), str(pin)],

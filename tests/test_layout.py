@@ -22,9 +22,10 @@ PACKAGE = ROOT / "capsule"
 #: runtime. ``ints`` is a leaf every part may use. The runtime does not reach back into the
 #: toolchain: what needs both (the choice of engine, linking a foreign module) lives above it.
 ALLOWED: dict[str, frozenset[str]] = {
-    name: frozenset(deps) | ({"ints"} if name != "ints" else set())
+    name: frozenset(deps) | ({"ints", "files"} - {name} if name not in ("ints", "files") else set())
     for name, deps in {
         "ints": (),
+        "files": (),
         "examples": (),
         "bpf": (),
         "wasm": (),
@@ -40,7 +41,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         "demo": ("bpf", "compiler", "kernel", "runtime", "testing", "toolchain", "wasm"),
         "bench": ("bpf", "compiler", "hooks", "kernel", "opt", "runtime", "sources", "testing", "toolchain",
                   "wasm"),
-        "cli": ("bench", "bpf", "compiler", "demo", "hooks", "kernel", "opt", "runtime", "sources", "testing",
+        "fuzz": ("bpf", "compiler", "kernel", "opt", "runtime", "wasm"),
+        "cli": ("bench", "bpf", "compiler", "demo", "fuzz", "hooks", "kernel", "opt", "runtime", "sources", "testing",
                 "toolchain", "wasm"),
     }.items()
 }

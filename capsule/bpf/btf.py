@@ -417,6 +417,10 @@ class BTF:
                     if isinstance(v, Var) and v.name in symbol_offsets:
                         vs.offset = symbol_offsets[v.name]
             t.vars.sort(key=lambda vs: vs.offset)
+            for vs in t.vars:  # as the kernel checks it: a variable lies inside its section
+                if vs.offset + vs.size > t.size:
+                    raise BTFError(f"DATASEC {t.name}: a variable of {vs.size} bytes at offset {vs.offset} lies "
+                                   f"outside the section's {t.size} bytes")
 
     def for_kernel(
         self, section_sizes: dict[str, int] | None = None, symbol_offsets: dict[str, int] | None = None

@@ -122,6 +122,11 @@ class _Reader(MapReader):
         if machine != "EM_BPF" and machine != EM_BPF:
             raise ObjectError(f"{where}: ELF machine is {machine}, not EM_BPF ({EM_BPF})")
         self.sections = list(self.elf.iter_sections())
+        for sec in self.sections:  # before any section's size is believed (a datasec's size is a u32)
+            size, end = sec["sh_size"], sec["sh_offset"] + sec["sh_size"]
+            if size > 0xFFFFFFFF or (sec["sh_type"] != "SHT_NOBITS" and end > len(data)):
+                raise ObjectError(f"{where}: section {sec.name!r} ({size} bytes at {sec['sh_offset']}) runs past "
+                                  f"the end of the file ({len(data)} bytes)")
         self.names = [s.name for s in self.sections]
         self.syms: list[Sym] = []
         self.btf: BTF | None = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from capsule.files import write_whole
 from capsule.ints import signed
 
 from .btf import BTF, VMLINUX, BTFError, Linkage
@@ -28,12 +29,16 @@ from .insn import SLOT, Insn, slot_offsets
 from .opcodes import CallKind, Pseudo
 from .spec import FuncInfo, LineInfo, MapSpec, ObjectSpec, ProgramSpec
 
-__all__ = ["write_object", "object_bytes"]
+__all__ = ["WriteError", "write_object", "object_bytes"]
 
+
+class WriteError(ValueError):
+    """The object cannot be written as an ELF file (a reference the format has no way to say, an empty program)."""
 
 
 def write_object(spec: ObjectSpec, path: str | Path) -> None:
-    Path(path).write_bytes(object_bytes(spec))
+    """Write the object whole (under a temporary name, renamed into place): never half an object at ``path``."""
+    write_whole(path, object_bytes(spec))
 
 
 @dataclass
@@ -65,7 +70,7 @@ class _Writer:
     def _split(self, prog: ProgramSpec) -> list[_Fn]:
         insns = prog.insns
         if not insns:
-            raise ValueError(f"program {prog.name} has no instructions")
+            raise WriteError(f"program {prog.name} has no instructions")
         offs = slot_offsets(insns)
         index_of = {o: i for i, o in enumerate(offs)}
         starts = {0} | {fi.insn_off for fi in prog.func_infos}
@@ -75,7 +80,7 @@ class _Writer:
                 rel = ins.imm if ins.is_call else signed(ins.imm, 32)
                 t = offs[i] + rel + 1
                 if t not in index_of:
-                    raise ValueError(
+                    raise WriteError(
                         f"program {prog.name}: call at insn {i} targets slot {t}, not an instruction"
                     )
                 targets[i] = t
@@ -141,10 +146,7 @@ class _Writer:
                 if fn.name not in self.text_names:
                     self.text_names[fn.name] = fn
                     self.text.append(fn)
-            self.sections.setdefault(
-                prog.section or section_for(prog.type, prog.expected_attach_type, prog.flags, prog.attach_to),
-                [],
-            ).append(fns[0])
+            self.sections.setdefault(prog.section or self._section_for(prog), []).append(fns[0])
             if fns[0].type_id == 0:
                 fns[0].type_id = program_func_type(self.btf, prog.name)
         for fn in self.text:
@@ -157,7 +159,7 @@ class _Writer:
             try:
                 self._vmlinux = BTF.load_vmlinux(VMLINUX)
             except OSError as e:
-                raise ValueError(f"kfunc prototypes need {VMLINUX}: {e.strerror}") from None
+                raise WriteError(f"kfunc prototypes need {VMLINUX}: {e.strerror}") from None
         return self._vmlinux
 
     def build(self) -> bytes:
@@ -263,7 +265,19 @@ class _Writer:
             if isinstance(f, Func):
                 f.linkage = Linkage.EXTERN
                 return tid
-        return kfunc_type(self.btf, self.vmlinux(), name)
+        try:
+            return kfunc_type(self.btf, self.vmlinux(), name)
+        except BTFError:
+            raise
+        except ValueError as e:  # a kfunc this kernel does not have: its prototype cannot be written
+            raise WriteError(str(e)) from None
+
+    @staticmethod
+    def _section_for(prog: ProgramSpec) -> str:
+        try:
+            return section_for(prog.type, prog.expected_attach_type, prog.flags, prog.attach_to)
+        except ValueError as e:  # a program of no known type and no section name to keep
+            raise WriteError(f"program {prog.name!r}: {e}") from None
 
     def _relocate(self, fn: _Fn, k: int, ins: Insn, fn_sym: dict[str, Symbol], map_sym: dict[str, Symbol],
                   data_sym: dict[str, Section], externs: dict[str, Symbol],
@@ -285,17 +299,17 @@ class _Writer:
             return replace(ins, imm=off, ref=None, sym=None), (sym, R_BPF_64_64)
         if ins.is_call and ins.src == CallKind.KFUNC:
             if not ins.ref:
-                raise ValueError(f"{fn.name}: kfunc call without a name (ref)")
+                raise WriteError(f"{fn.name}: kfunc call without a name (ref)")
             sym = externs.get(ins.ref) or elf.add_symbol(ins.ref, None, 0, 0, "notype", True)
             externs[ins.ref] = sym
             return replace(ins, src=CallKind.BPF, imm=-1, ref=None, sym=None), (sym, R_BPF_64_32)
         if ins.is_ld_imm64 and ins.src == Pseudo.MAP_FD:
             if ins.ref not in map_sym:
-                raise ValueError(f"{fn.name}: reference to unknown map {ins.ref!r}")
+                raise WriteError(f"{fn.name}: reference to unknown map {ins.ref!r}")
             return replace(ins, src=0, imm=0, ref=None, sym=None), (map_sym[ins.ref], R_BPF_64_64)
         if ins.is_ld_imm64 and ins.src == Pseudo.MAP_VALUE:
             if ins.ref not in data_sym:
-                raise ValueError(
+                raise WriteError(
                     f"{fn.name}: MAP_VALUE reference to {ins.ref!r}, which is not a global data map"
                 )
             sec = data_sym[ins.ref]
@@ -304,7 +318,7 @@ class _Writer:
                 R_BPF_64_64,
             )
         if ins.ref and (ins.is_call or ins.is_ld_imm64):
-            raise ValueError(f"{fn.name}: cannot write a symbolic reference {ins!r}")
+            raise WriteError(f"{fn.name}: cannot write a symbolic reference {ins!r}")
         return replace(ins, ref=None, sym=None), None
 
 
@@ -313,7 +327,7 @@ def object_bytes(spec: ObjectSpec) -> bytes:
     try:
         return _Writer(spec).build()
     except BTFError as e:
-        raise ValueError(f"cannot write object: {e}") from None
+        raise WriteError(f"cannot write object: {e}") from None
 
 
 def _datasec(btf: BTF, name: str) -> Datasec | None:

@@ -19,7 +19,10 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
     """(error classes, exit status, hint after the message): how ``main`` reports an error that ends a command,
     as one line ``capsule: [SUBJECT: ]ERROR[HINT]``. The first row the error belongs to decides, so subclasses
     come before their bases; an error in no row is a bug in capsule and keeps its traceback."""
+    from capsule.bpf.elf import ObjectError
+    from capsule.bpf.elf_write import WriteError
     from capsule.kernel.errors import LoadError
+    from capsule.opt.rewrite import RewriteError
     from capsule.runtime.errors import CallError, GuestRejected, GuestTrap
     from capsule.runtime.wasi_host import WasiError
     from capsule.sources.fetch import FetchError
@@ -29,18 +32,18 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
     return (
         ((PermissionError,), 1, PERMISSION_HINT),
         ((LoadError, ToolchainError, CallError, GuestRejected, GuestTrap, WasiError, WasmError, FetchError,
-          OSError), 1, ""),
+          ObjectError, WriteError, RewriteError, OSError), 1, ""),
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from capsule.cli import attach, bench, build, demo, inspect, opt, run
+    from capsule.cli import attach, bench, build, demo, fuzz, inspect, opt, run
 
     p = argparse.ArgumentParser(
         prog="capsule", description="Run ordinary programs inside the Linux kernel as eBPF."
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (inspect, demo, build, run, attach, opt, bench):
+    for group in (inspect, demo, build, run, attach, opt, bench, fuzz):
         group.add_parsers(sub)
     return p
 

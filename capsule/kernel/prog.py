@@ -197,7 +197,11 @@ class Program(Owner):
         """Open a program the kernel knows by id (e.g. one loaded by another process)."""
         fd = get_fd_by_id(Cmd.PROG_GET_FD_BY_ID, prog_id)
         info = ProgInfo()
-        obj_get_info(fd, info)
+        try:
+            obj_get_info(fd, info)
+        except BaseException:
+            fd.close()
+            raise
         return cls(fd, info.type, info.name.decode(errors="replace"))
 
     def __repr__(self) -> str:

@@ -26,6 +26,7 @@ from capsule.kernel.errors import VerifierError
 from capsule.wasm import ExternKind, Op, ValType
 
 from .errors import CallError, GuestExit, GuestRejected, GuestTrap, Pending
+from .trust import check_object
 
 C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
 GROW_AHEAD = 1 << 20  # bytes the host backs beyond what a memory.grow needs (fewer GROW round trips)
@@ -69,29 +70,30 @@ class Instance:
         missing = [n for n in names if n not in spec.programs]
         if missing:
             raise CallError(f"the object has no program {missing[0]!r}, which its {abi.META_SECTION} names")
+        check_object(spec, names)  # before the kernel or the window sees anything of it
         try:
             self.coll = Collection.load(spec, programs=names, log_level=log_level)
         except VerifierError as e:
             k = names.index(e.program) if e.program in names else 0
             raise GuestRejected(self._guest_at(e.insn_index, k), e) from e
         self.load_seconds = time.perf_counter() - t0
-        # the programs of a split object hand states to one another through the program array
-        self.programs = [self.coll.programs[n] for n in names]
-        self.prog = self.programs[0]
-        if len(self.programs) > 1:
-            table = self.coll.maps[abi.PROGRAMS_MAP]
-            for k, prog in enumerate(self.programs):
-                table.set_prog(k, prog)
-        arena = self.coll.maps[abi.WINDOW_MAP]
-        assert isinstance(arena, Arena)
-        self.arena = arena
-        self.mem = arena.memory
         self._committed_stacks: set[int] = set()
         self._repeat = 1
         # False while programs that cannot be told about new pages run concurrently (an attached hook): a
         # memory.grow past the committed pages then fails instead of being served
         self.can_grow = True
         try:
+            # the programs of a split object hand states to one another through the program array
+            self.programs = [self.coll.programs[n] for n in names]
+            self.prog = self.programs[0]
+            if len(self.programs) > 1:
+                table = self.coll.maps[abi.PROGRAMS_MAP]
+                for k, prog in enumerate(self.programs):
+                    table.set_prog(k, prog)
+            arena = self.coll.maps[abi.WINDOW_MAP]
+            assert isinstance(arena, Arena)  # check_object saw to it
+            self.arena = arena
+            self.mem = arena.memory
             self._instantiate()
         except BaseException:
             self.close()

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
+from capsule.files import write_whole
+
 if TYPE_CHECKING:
     from capsule.compiler import Options
     from capsule.runtime.instance import Instance
@@ -48,6 +50,7 @@ class Reason:
 FILETYPE_DIRECTORY = 3
 FILETYPE_REGULAR_FILE = 4
 FS_ENTRY_SIZE = 16
+MAX_GUEST_PATH = 1 << 16  # bytes of a guest file name the host reads before it gives up on finding its end
 
 
 class WasiError(Exception):
@@ -260,25 +263,46 @@ class WasiHost:
     def _cstr(self, addr: int) -> str:
         buf = b""
         while b"\0" not in buf:
-            buf += self.guest.read(addr + len(buf), 256)
+            if len(buf) >= MAX_GUEST_PATH:
+                raise WasiError(f"a guest file name at {addr:#x} is longer than {MAX_GUEST_PATH} bytes")
+            try:
+                chunk = self.guest.read(addr + len(buf), 256)
+            except Exception:  # near the end of memory: byte by byte, which fails only at the true end
+                chunk = self.guest.read(addr + len(buf), 1)
+            if not chunk:
+                raise WasiError(f"a guest file name at {addr:#x} runs past the end of guest memory")
+            buf += chunk
         return buf[: buf.index(b"\0")].decode(errors="surrogateescape")
 
     def write_back(self, out_dir: Path) -> list[Path]:
-        """Write what the guest created or changed under ``out_dir`` (guest path /a/b -> out_dir/a/b)."""
+        """Write what the guest created or changed under ``out_dir`` (guest path /a/b -> out_dir/a/b). Every
+        path is checked before anything is written, and each file is written under a temporary name and renamed,
+        so an interrupted run leaves each file either as it was or whole."""
         root = out_dir.resolve()
-        written = []
+        existing = next(p for p in (root, *root.parents) if p.exists())  # --out itself may not exist yet
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        plan = []
         for path, ftype, dirty, data in self.files():
             if not dirty:
                 continue
+            if "\0" in path or any(len(part.encode(errors="surrogateescape")) > name_max for part in path.split("/")):
+                shown = path if len(path) <= 80 else path[:80] + "..."
+                raise WasiError(f"guest path {shown!r} has a NUL byte or a name over {name_max} bytes")
             target = (root / path.lstrip("/")).resolve()
-            if root not in target.parents:
-                raise WasiError(f"guest path {path} leaves --out {out_dir}")
-            if ftype == FILETYPE_DIRECTORY:
-                target.mkdir(parents=True, exist_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-                written.append(target)
+            if target != root and root not in target.parents:
+                raise WasiError(f"guest path {path!r} leaves --out {out_dir}")
+            plan.append((path, target, ftype == FILETYPE_DIRECTORY, data))
+        written = []
+        for path, target, is_dir, data in plan:
+            try:
+                if is_dir:
+                    target.mkdir(parents=True, exist_ok=True)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    write_whole(target, data)
+                    written.append(target)
+            except OSError as e:
+                raise WasiError(f"cannot write guest file {path!r} to {target}: {e.strerror}") from None
         return written
 
     def run(self) -> int:
@@ -334,11 +358,22 @@ class KernelGuest:
     def close(self) -> None:
         self.inst.close()
 
+    def _span(self, addr: int, size: int) -> slice:
+        """Guest memory [addr, addr + size), which must lie inside the guest's linear memory: the guest names
+        these addresses, and the host must not read or write the runtime area (or past the window) for it."""
+        from capsule.compiler import abi
+
+        limit = min(self.inst.memory_size, abi.RT_BASE)
+        if not 0 <= addr <= addr + size <= limit:
+            raise WasiError(f"the guest asked the host for bytes [{addr:#x}, {addr + size:#x}), outside its "
+                            f"{limit:#x} bytes of memory")
+        return slice(addr, addr + size)
+
     def read(self, addr: int, size: int) -> bytes:
-        return bytes(self.inst.mem[addr : addr + size])
+        return bytes(self.inst.mem[self._span(addr, size)])
 
     def write(self, addr: int, data: bytes) -> None:
-        self.inst.mem[addr : addr + len(data)] = data
+        self.inst.mem[self._span(addr, len(data))] = data
 
     def has_export(self, name: str) -> bool:
         return any(e.name == name for e in self.inst.meta.exports)

@@ -23,6 +23,7 @@ from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import LD_IMM64, CallKind, Pseudo
 from capsule.bpf.spec import MapSpec, ObjectSpec, ProgramSpec
 from tests.clang import CORPUS, compile_bpf
+from tests.leaks import pin_path
 
 INPUTS = Path(__file__).parent / "elf_inputs"
 EXAMPLE = Path(__file__).parents[2] / "capsule" / "examples" / "packet_stats.bpf.c"
@@ -33,7 +34,7 @@ def bpftool_loadall(obj: Path) -> list[str]:
     """Load every program of ``obj`` with bpftool; returns the pinned program names. Always unpins."""
     if not os.path.ismount("/sys/fs/bpf"):
         subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
-    pin = Path(f"/sys/fs/bpf/capsule-test-{uuid.uuid4().hex[:12]}")
+    pin = pin_path(uuid.uuid4().hex[:12])
     try:
         res = subprocess.run([BPFTOOL, "prog", "loadall", str(obj), str(pin)], capture_output=True, text=True)
         assert res.returncode == 0, f"bpftool loadall {obj.name} failed:\n{res.stderr[-4000:]}"

@@ -16,6 +16,7 @@ from capsule.bpf.asm import FP, R0, R1, R2, R3, Builder, alu, atomic, call_helpe
 from capsule.bpf.opcodes import Alu, Atomic, Jmp
 from capsule.kernel import Link, Map, MapType, Program, ProgType, XDPAction, XDPFlags, run_in_netns
 from capsule.kernel.consts import Helper, LinkType
+from tests.leaks import netns_name
 
 pytestmark = pytest.mark.requires_bpf
 
@@ -30,7 +31,7 @@ def ip(*args: str, check: bool = True) -> str:
 def veth():
     """Two fresh namespaces joined by a veth pair: (ns_a, "va" in ns_a, ns_b, "vb" in ns_b). Deleted after."""
     tag = uuid.uuid4().hex[:8]
-    ns_a, ns_b = f"capsule-{tag}-a", f"capsule-{tag}-b"
+    ns_a, ns_b = netns_name(f"{tag}-a"), netns_name(f"{tag}-b")
     ip("netns", "add", ns_a)
     try:
         ip("netns", "add", ns_b)

@@ -47,6 +47,7 @@ from capsule.opt.check import Checker
 from capsule.opt.passes import Edits, Pass
 from capsule.opt.pipeline import make_passes, optimize_object
 from tests.clang import CORPUS, compile_bpf
+from tests.leaks import pin_path
 
 from .fixtures import prog
 
@@ -68,7 +69,7 @@ BUILDS = [(src, cpu) for src in sorted(CORPUS.glob("*.c")) for cpu in ("v2", "v3
 def bpftool_loadall(obj: Path) -> list[str]:
     if not os.path.ismount("/sys/fs/bpf"):
         subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
-    pin = Path(f"/sys/fs/bpf/capsule-opt-test-{uuid.uuid4().hex[:12]}")
+    pin = pin_path(f"opt-{uuid.uuid4().hex[:12]}")
     try:
         res = subprocess.run([BPFTOOL, "prog", "loadall", str(obj), str(pin)], capture_output=True, text=True)
         assert res.returncode == 0, f"bpftool loadall {obj.name} failed:\n{res.stderr[-3000:]}"

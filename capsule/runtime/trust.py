@@ -1,0 +1,76 @@
+"""What the host checks in a compiled object before it creates, loads or writes anything for it.
+
+A ``.bpf.o`` handed to ``capsule run`` or ``capsule call`` may have been edited, truncated or written by hand. The
+kernel's verifier decides whether its code is safe to run; everything else the host acts on is checked here or in
+``Meta.from_json`` (the ``.capsule.meta`` record: indices, sizes, layouts, constant expressions). Here: the object
+holds exactly the maps the compiler makes, shaped as the compiler makes them (one 4 GiB arena at an address the
+host chooses, and for a split object one program array with a slot per program), and the programs the metadata
+names are tc programs that refer to nothing but those maps and kernel functions. An object that breaks a rule is
+refused with one ``UntrustedObject`` naming it, before any map exists.
+"""
+
+from __future__ import annotations
+
+from capsule.bpf.opcodes import Pseudo
+from capsule.bpf.spec import MapSpec, ObjectSpec
+from capsule.bpf.uapi import MapFlags, MapType, ProgType
+from capsule.compiler import abi
+
+from .errors import CallError
+
+WINDOW_PAGES = abi.GIB4 // abi.PAGE
+RUN_PROGRAM_TYPE = ProgType.SCHED_CLS  # run with BPF_PROG_TEST_RUN; a split object's parts tail-call each other
+
+
+class UntrustedObject(CallError):
+    """The object is not shaped as capsule's compiler shapes one: it is refused before anything is created."""
+
+
+def check_object(spec: ObjectSpec, names: list[str]) -> None:
+    """Refuse ``spec`` unless its maps and the programs ``names`` (the metadata's) are as the compiler makes them."""
+    allowed = {abi.WINDOW_MAP: _check_window, abi.PROGRAMS_MAP: _check_programs_map}
+    for name, ms in spec.maps.items():
+        if name not in allowed:
+            _refuse(f"map {name!r} is not one capsule's compiler makes ({', '.join(allowed)})")
+        allowed[name](ms, len(names))
+    if abi.WINDOW_MAP not in spec.maps:
+        _refuse(f"no {abi.WINDOW_MAP!r} map: the object has no memory window")
+    if (len(names) > 1) != (abi.PROGRAMS_MAP in spec.maps):
+        _refuse(f"{len(names)} program(s) and {'a' if abi.PROGRAMS_MAP in spec.maps else 'no'} "
+                f"{abi.PROGRAMS_MAP!r} map: a split object has one, a whole one none")
+    for name in names:
+        ps = spec.programs[name]
+        if ps.type != RUN_PROGRAM_TYPE:
+            _refuse(f"program {name!r} is {ProgType(ps.type).label}, not a tc program")
+        if ps.externs:
+            _refuse(f"program {name!r} refers to extern symbols ({', '.join(sorted(ps.externs))})")
+        for pc, ins in enumerate(ps.insns):
+            if ins.ref is None or not ins.is_ld_imm64:
+                continue  # kernel functions (kfunc calls) are the verifier's to allow or refuse
+            if ins.src != Pseudo.MAP_FD or ins.ref not in spec.maps:
+                _refuse(f"program {name!r}: instruction {pc} loads {ins.ref!r}, which is not one of its maps")
+
+
+def _check_window(ms: MapSpec, nprograms: int) -> None:
+    what = f"map {abi.WINDOW_MAP!r}"
+    if ms.type != MapType.ARENA:
+        _refuse(f"{what} is a {MapType(ms.type).label} map, not an arena")
+    if ms.max_entries != WINDOW_PAGES:
+        _refuse(f"{what} has {ms.max_entries} pages; the window is {WINDOW_PAGES} (4 GiB)")
+    if ms.map_extra:
+        _refuse(f"{what} asks for address {ms.map_extra:#x}; the host chooses where the window goes")
+    if ms.flags & ~MapFlags.MMAPABLE or ms.contents is not None or ms.inner is not None or ms.key_size \
+            or ms.value_size:
+        _refuse(f"{what} has flags, contents or a shape the compiler does not give it")
+
+
+def _check_programs_map(ms: MapSpec, nprograms: int) -> None:
+    what = f"map {abi.PROGRAMS_MAP!r}"
+    if ms.type != MapType.PROG_ARRAY or ms.key_size != 4 or ms.value_size != 4:
+        _refuse(f"{what} is not a program array of 4-byte slots")
+    if ms.max_entries != nprograms or ms.init_refs or ms.contents is not None or ms.flags:
+        _refuse(f"{what} has {ms.max_entries} slots, contents or flags; the object has {nprograms} programs")
+
+
+def _refuse(why: str) -> None:
+    raise UntrustedObject(f"not a capsule-compiled object: {why}")
