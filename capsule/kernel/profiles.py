@@ -81,8 +81,8 @@ PROFILES: tuple[Profile, ...] = (
             sleepable=True, window_atomics=True, tail_calls=True, kernels="6.12 and later (Debian 12 backports, 6.18)"),
     Profile("map-v4", "map", may_goto=False, cpu=4, gotol=True, kfuncs=(), sleepable=True, window_atomics=True,
             tail_calls=True, kernels="6.6 to 6.8 (Ubuntu 24.04's 6.8): cpu v4 but neither arena nor may_goto"),
-    Profile("map-v3", "map", may_goto=False, cpu=3, gotol=False, kfuncs=(), sleepable=False, window_atomics=True,
-            tail_calls=True, kernels="5.12 to 6.5 (Debian 12's 6.1, Ubuntu 22.04's 5.15): the bounded dispatcher"),
+    Profile("map-v3", "map", may_goto=False, cpu=3, gotol=False, kfuncs=(), sleepable=True, window_atomics=True,
+            tail_calls=True, kernels="5.14 to 6.5 (Debian 12's 6.1, Ubuntu 22.04's 5.15): the bounded dispatcher"),
 )
 BY_NAME = {p.name: p for p in PROFILES}
 
