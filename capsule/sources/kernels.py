@@ -46,7 +46,7 @@ KERNELS = {"6.1": DebianKernel("6.1"), "6.12": DebianKernel("6.12", "bookworm-ba
 
 @dataclass(frozen=True)
 class BootableKernel:
-    """An unpacked, prepared kernel package: what ``capsule.testing.vm`` boots."""
+    """An unpacked, prepared kernel package: what ``capsule.testing.qemu`` boots."""
 
     label: str
     package: str

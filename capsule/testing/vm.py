@@ -1,234 +1,264 @@
-"""Boot a Debian kernel under qemu and run a command in it on the host's own file system.
+"""The test suite on other kernels: boot each Debian kernel once (``capsule.testing.qemu``) and run, inside it,
+``capsule probe``, the verifier over a fixed set of objects, and a selection of the test suite.
 
-The guest sees the host's ``/`` read-only over virtio-9p with a tmpfs overlay on top (it writes freely and
-nothing reaches the host), plus one writable share, ``out``, at the same path as on the host, for results.
-A small busybox-static initramfs loads the modules that mounting needs, mounts proc, sys, devtmpfs, bpffs and
-tracefs, chroots and runs the command, prints ``STATUS_MARKER`` and the exit status on the serial console,
-and powers off. The command sees the same paths as the host (the worktree, its ``.venv``, the caches).
+A suite says which tests and which kernels. What cannot pass on a kernel yet is written down here as an
+expectation (``EXPECTED``: a kernel, the failure message it gives, and why), so a run tells apart the
+failures the project already knows (6.1 has no arena until the map window lands) from new ones: only a
+failure no expectation explains fails the run. The report gives per kernel: boot time, passed, failed,
+expected failures, skipped, the profile picked, and the verifier's figures per program.
 
-A VM's life is its caller's: ``VM.run`` kills qemu by pid when the time is up or on any exception (Ctrl-C
-included), and qemu is started with PR_SET_PDEATHSIG so that it dies with the process that started it even
-when that process is killed outright (a qemu whose parent died keeps running at full CPU otherwise).
-
-TCG only (no KVM on these machines): ``-accel tcg,thread=multi -cpu max``. ``capsule.testing.kernel_tests``
-is the test run on top of this; ``python -m capsule.testing.vm`` its command line.
+``python -m capsule.testing.vm [--suite smoke|full] [--kernel 6.1 ...] [--json FILE]`` runs it; ``make
+test-kernels`` is the full suite on both kernels.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
+import argparse
+import json
 import re
-import selectors
 import shlex
-import shutil
-import signal
-import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from capsule.sources.kernels import BootableKernel, boot_modules
+from capsule.sources.kernels import KERNELS, prepared
+from capsule.toolchain.clang import compile_bpf
 
-QEMU = "qemu-system-x86_64"
-BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static puts a static binary here
-STATUS_MARKER = "CAPSULE-VM-STATUS"  # the init's last line: "CAPSULE-VM-STATUS <exit status>"
-READY_MARKER = "CAPSULE-VM-READY"  # printed right before the command starts: the boot is over
-HOST_TAG, OUT_TAG = "hostroot", "vmout"
-GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PR_SET_PDEATHSIG = 1
-_STATUS = re.compile(rf"^{STATUS_MARKER} (\d+)\s*$", re.M)
+from .qemu import VM, VMResult
 
-
-class VMError(RuntimeError):
-    """qemu could not start, or the guest ended without reporting the command's exit status."""
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "corpus"
+# objects the verifier's figures are taken on: clang-19 output for cpu v3 (every kernel here runs it)
+FIGURE_SOURCES = ("xdp_parse.c", "subprogs.c", "loops_switch.c", "tc_switch.c", "socket_ldabs.c")
+FIGURE_CPU = "v3"
 
 
-class VMTimeout(VMError, TimeoutError):
-    """The VM ran past its time and was killed; ``console`` is what it printed until then."""
-
-    def __init__(self, message: str, console: str) -> None:
-        super().__init__(message)
-        self.console = console
-
-
-def missing_tools() -> list[str]:
-    """What booting needs and this machine lacks, as Debian package names (``scripts/setup-kernels.sh``)."""
-    need = {"qemu-system-x86": shutil.which(QEMU), "busybox-static": BUSYBOX.is_file() or None,
-            "kmod": shutil.which("depmod") or shutil.which("/usr/sbin/depmod"), "zstd": shutil.which("zstd")}
-    return [pkg for pkg, found in need.items() if not found]
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    tests: tuple[str, ...]  # pytest arguments: files, directories, node ids, -k expressions
+    kernels: tuple[str, ...]
+    timeout: float  # seconds for one VM, boot included
+    figures: tuple[str, ...] = FIGURE_SOURCES  # tests/corpus programs whose verifier figures are reported
 
 
-# -- the initramfs -------------------------------------------------------------------------------------------
-def cpio(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
-    """A cpio archive in the "newc" format the kernel unpacks: (path, mode, contents) entries; a directory's
-    mode has S_IFDIR and no contents. Several archives concatenated make one initramfs."""
-    out = bytearray()
-    for ino, (name, mode, data) in enumerate([*entries, ("TRAILER!!!", 0, b"")], start=1):
-        raw = name.encode() + b"\0"
-        fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(raw), 0)
-        out += b"070701" + b"".join(b"%08X" % f for f in fields) + raw
-        out += b"\0" * (-len(out) % 4) + data
-        out += b"\0" * (-len(out) % 4)
-    return bytes(out)
+SUITES = {
+    # CI's: one boot of 6.1, the probes, the loader's map and program tests, and the refusal of an arena build
+    "smoke": Suite("smoke", ("tests/kernel/test_probe.py", "tests/kernel/test_maps.py", "tests/kernel/test_prog.py",
+                             "tests/testing/test_refusal.py"), ("6.1",), 420, ("xdp_parse.c", "socket_ldabs.c")),
+    # make test-kernels: the kernel layer whole, and programs compiled by capsule
+    "full": Suite("full", ("tests/kernel", "tests/testing/test_refusal.py", "tests/wasi/test_programs.py"),
+                  ("6.1", "6.12"), 3600),
+}
 
 
-_DIR, _FILE, _EXEC = 0o040755, 0o100644, 0o100755
+@dataclass(frozen=True)
+class Expectation:
+    """On ``kernel``, a test whose failure message matches ``message`` fails for a known reason, ``why``."""
 
-INIT = r"""#!/bin/busybox sh
-B=/bin/busybox
-$B mkdir -p /proc /sys /dev /lower /rw /newroot
-$B mount -t proc proc /proc
-$B mount -t sysfs sysfs /sys
-$B mount -t devtmpfs devtmpfs /dev
-for m in $($B cat /modules.order); do $B insmod /modules/$m || echo "capsule-vm: insmod $m failed"; done
-$B mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 {host_tag} /lower || echo "capsule-vm: no 9p root"
-$B mount -t tmpfs -o size=75% tmpfs /rw
-$B mkdir -p /rw/upper /rw/work
-$B mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work overlay /newroot
-$B mount -t proc proc /newroot/proc
-$B mount -t sysfs sysfs /newroot/sys
-$B mount -t devtmpfs devtmpfs /newroot/dev
-$B mount -t bpf bpf /newroot/sys/fs/bpf
-$B mount -t tracefs tracefs /newroot/sys/kernel/tracing 2>/dev/null
-$B mount -t tmpfs tmpfs /newroot/tmp
-$B mount -t tmpfs tmpfs /newroot/run
-$B mkdir -p /newroot/lib/modules/{release} /newroot{out}
-$B mount --bind /newroot{modules} /newroot/lib/modules/{release}
-$B mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 {out_tag} /newroot{out}
-$B cp /command /newroot/run/capsule-vm-command
-echo {ready}
-$B chroot /newroot /bin/sh /run/capsule-vm-command
-echo "{status} $?"
-$B sync
-$B poweroff -f
+    kernel: str
+    message: str  # a regular expression searched in the failure's message and text
+    why: str
+
+
+EXPECTED = (
+    Expectation("6.1", r"lacks BPF_MAP_TYPE_ARENA", "compiled programs need the map window on 6.1 (issue 14, item 2)"),
+    Expectation("6.1", r"BPF_LDX uses reserved fields|unknown opcode|invalid (BPF_ALU|BPF_JMP|alu|jmp) op|"
+                       r"BPF_(ALU|ALU64|JMP|JMP32) uses reserved fields",
+                "the object was built for cpu v4 (clang -mcpu=v4), which 6.1 lacks"),
+)
+
+
+@dataclass
+class TestCase:
+    __test__ = False  # not a pytest class
+
+    id: str
+    outcome: str  # passed, failed, expected, skipped
+    message: str = ""
+
+
+@dataclass
+class KernelReport:
+    kernel: str
+    release: str = ""
+    boot_seconds: float = 0.0
+    run_seconds: float = 0.0
+    status: int | None = None
+    profile: str | None = None
+    probes: list[dict] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    tests: list[TestCase] = field(default_factory=list)
+    figures: list[dict] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.counts.get("failed", 0) == 0 and bool(self.tests)
+
+
+# -- inside the guest ----------------------------------------------------------------------------------------
+# the guest's first Python process: the probes (as ``capsule probe --json``) and the verifier's figures (as
+# ``capsule verify --json``) in one interpreter, since each start costs seconds under TCG
+GUEST_FIGURES = """
+import contextlib, json, sys
+from capsule.cli import main
+from capsule.cli.inspect import verify_rows
+out, objs = sys.argv[1], sys.argv[2:]
+with open(out + "/probe.json", "w") as f, contextlib.redirect_stdout(f):
+    main(["probe", "--json"])
+for o in objs:
+    try:
+        rows = verify_rows(o)
+    except (Exception, SystemExit) as e:
+        rows = [{"program": "?", "verdict": "failure", "reason": str(e)}]
+    with open(o[:-2] + ".json", "w") as f:
+        json.dump(rows, f)
 """
 
 
-def initramfs(kernel: BootableKernel, command: str, out: Path, env: dict[str, str]) -> bytes:
-    """busybox, the modules for the root file system, ``/init`` and the command (a shell script run in the
-    host's root by the host's ``/bin/sh``)."""
-    modules = boot_modules(kernel)
-    entries: list[tuple[str, int, bytes]] = [("bin", _DIR, b""), ("modules", _DIR, b"")]
-    entries.append(("bin/busybox", _EXEC, BUSYBOX.read_bytes()))
-    entries += [(f"modules/{m.name}", _FILE, m.read_bytes()) for m in modules]
-    entries.append(("modules.order", _FILE, "".join(f"{m.name}\n" for m in modules).encode()))
-    init = INIT.format(host_tag=HOST_TAG, out_tag=OUT_TAG, release=kernel.release, modules=kernel.modules_dir,
-                       out=out, ready=READY_MARKER, status=STATUS_MARKER)
-    entries.append(("init", _EXEC, init.encode()))
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-    entries.append(("command", _FILE, f"{exports}{command}\n".encode()))
-    return cpio(entries)
+def guest_command(suite: Suite, out: Path, figures: list[Path]) -> str:
+    """The shell script the guest runs: probes and verifier figures, then pytest (whose status is the script's)."""
+    py = shlex.quote(sys.executable)
+    objs = " ".join(shlex.quote(str(o)) for o in figures)
+    junit = shlex.quote(str(out / "junit.xml"))
+    return (f"{py} - {shlex.quote(str(out))} {objs} <<'EOF'\n{GUEST_FIGURES.strip()}\nEOF\n"
+            f"{py} -m pytest -q -p no:cacheprovider --junitxml={junit} {' '.join(suite.tests)}\n")
 
 
-# -- qemu ----------------------------------------------------------------------------------------------------
-def _die_with_parent() -> None:
-    """In the child, before exec: the kernel kills it (SIGKILL) when the thread that started it dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def figure_objects(out: Path, sources: tuple[str, ...] = FIGURE_SOURCES) -> list[Path]:
+    """The figures' objects, compiled on the host (clang-19 in the guest is slow) into ``out``."""
+    return [compile_bpf(CORPUS / name, out / f"{Path(name).stem}.{FIGURE_CPU}.o", mcpu=FIGURE_CPU) for name in sources]
 
 
-@dataclass
-class VMResult:
-    """What a VM run gave: the command's exit status, the serial console, and how long boot and command took."""
+# -- reading the results -------------------------------------------------------------------------------------
+def read_junit(path: Path, kernel: str) -> list[TestCase]:
+    """pytest's JUnit XML as test cases, failures matched against ``EXPECTED`` for ``kernel``."""
+    cases = []
+    for tc in ET.parse(path).getroot().iter("testcase"):
+        cid = f"{tc.get('classname', '')}::{tc.get('name', '')}"
+        bad = tc.find("failure")
+        if bad is None:
+            bad = tc.find("error")
+        if bad is not None:
+            text = f"{bad.get('message', '')}\n{bad.text or ''}"
+            why = expected_reason(kernel, text)
+            first = bad.get("message", "").strip().splitlines()[:1]
+            cases.append(TestCase(cid, "expected" if why else "failed", why or (first[0] if first else "")))
+        elif tc.find("skipped") is not None:
+            cases.append(TestCase(cid, "skipped", tc.find("skipped").get("message", "")))  # type: ignore[union-attr]
+        else:
+            cases.append(TestCase(cid, "passed"))
+    return cases
 
-    kernel: str
-    release: str
-    status: int
-    console: str
-    boot_seconds: float
-    run_seconds: float
+
+def expected_reason(kernel: str, text: str) -> str | None:
+    for e in EXPECTED:
+        if e.kernel == kernel and re.search(e.message, text):
+            return e.why
+    return None
 
 
-@dataclass
-class VM:
-    """One boot of ``kernel`` running ``command`` (a shell script) in ``cwd``; ``out`` is shared writable.
+def read_figures(objs: list[Path]) -> list[dict]:
+    rows = []
+    for o in objs:
+        path = o.with_suffix(".json")
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            text = path.read_text().strip() if path.exists() else "no output"
+            found = [{"program": "?", "verdict": "failure", "reason": text.splitlines()[-1] if text else "no output"}]
+        for row in found:
+            rows.append({"object": o.name, **row})
+    return rows
 
-    ``echo`` receives each console line as it arrives (progress for people); ``env`` is exported to the
-    command. ``pid`` is qemu's while it runs.
-    """
 
-    kernel: BootableKernel
-    command: str
-    out: Path
-    cwd: Path = field(default_factory=Path.cwd)
-    env: dict[str, str] = field(default_factory=dict)
-    memory: str = "1G"
-    cpus: int = 2
-    echo: Callable[[str], None] | None = None
-    pid: int | None = None
+# -- one kernel, then all ------------------------------------------------------------------------------------
+def run_kernel(label: str, suite: Suite, *, echo=None, timeout: float | None = None) -> KernelReport:
+    """Boot ``label`` once and run ``suite`` in it."""
+    report = KernelReport(label)
+    kernel = prepared(label)
+    report.release = kernel.release
+    with tempfile.TemporaryDirectory(prefix=f"capsule-vm-{label}-") as tmp:
+        out = Path(tmp)
+        objs = figure_objects(out, suite.figures)
+        vm = VM(kernel, guest_command(suite, out, objs), out=out, cwd=REPO, echo=echo)
+        result: VMResult = vm.run(timeout or suite.timeout)
+        report.status, report.boot_seconds, report.run_seconds = result.status, result.boot_seconds, result.run_seconds
+        try:
+            probe = json.loads((out / "probe.json").read_text())
+            report.probes, report.profile = probe["probes"], probe["profile"]
+        except (OSError, ValueError, KeyError) as e:
+            report.error = f"capsule probe gave no report ({e})"
+        junit = out / "junit.xml"
+        if junit.exists():
+            report.tests = read_junit(junit, label)
+        elif not report.error:
+            report.error = "pytest wrote no report; console tail:\n" + "\n".join(result.console.splitlines()[-20:])
+        report.figures = read_figures(objs)
+    for outcome in ("passed", "failed", "expected", "skipped"):
+        report.counts[outcome] = sum(1 for t in report.tests if t.outcome == outcome)
+    return report
 
-    def qemu_argv(self, initrd: Path) -> list[str]:
-        append = "console=ttyS0 loglevel=3 panic=-1 cryptomgr.notests rdinit=/init"
-        return [
-            QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(self.cpus), "-m", self.memory,
-            "-kernel", str(self.kernel.vmlinux), "-initrd", str(initrd), "-append", append,
-            "-serial", "stdio",
-            "-virtfs", f"local,path=/,mount_tag={HOST_TAG},security_model=none,readonly=on,multidevs=remap",
-            "-virtfs", f"local,path={self.out},mount_tag={OUT_TAG},security_model=none,multidevs=remap",
-        ]
 
-    def run(self, timeout: float) -> VMResult:
-        """Boot, run the command, power off; ``VMTimeout`` after ``timeout`` seconds (qemu killed)."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        env = {"PATH": GUEST_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "TERM": "dumb",
-               "CAPSULE_VM": self.kernel.label, "CAPSULE_VM_OUT": str(self.out), **self.env}
-        script = f"cd {shlex.quote(str(self.cwd))} || exit 125\n{self.command}"
-        initrd = self.out / ".initrd.cpio"
-        initrd.write_bytes(initramfs(self.kernel, script, self.out, env))
-        return self.boot(self.qemu_argv(initrd), timeout)
+def format_report(reports: list[KernelReport]) -> str:
+    lines = [f"{'kernel':8} {'release':22} {'boot s':>7} {'run s':>7} {'passed':>7} {'failed':>7} {'expected':>9} "
+             f"{'skipped':>8}  profile"]
+    for r in reports:
+        c = r.counts
+        lines.append(f"{r.kernel:8} {r.release:22} {r.boot_seconds:7.1f} {r.run_seconds:7.1f} {c.get('passed', 0):7} "
+                     f"{c.get('failed', 0):7} {c.get('expected', 0):9} {c.get('skipped', 0):8}  {r.profile}")
+    for r in reports:
+        if r.error:
+            lines.append(f"{r.kernel}: {r.error}")
+        for t in r.tests:
+            if t.outcome == "failed":
+                lines.append(f"{r.kernel}: FAILED {t.id}: {t.message}")
+        whys: dict[str, int] = {}
+        for t in r.tests:
+            if t.outcome == "expected":
+                whys[t.message] = whys.get(t.message, 0) + 1
+        lines += [f"{r.kernel}: {n} expected failures: {why}" for why, n in whys.items()]
+    lines.append("")
+    lines.append(f"{'verifier figures':40} " + " ".join(f"{r.kernel:>34}" for r in reports))
+    keys = list(dict.fromkeys((f["object"], f["program"]) for r in reports for f in r.figures))
+    for obj, prog in keys:
+        cells = []
+        for r in reports:
+            row = next((f for f in r.figures if (f["object"], f["program"]) == (obj, prog)), None)
+            if row is None:
+                cells.append("-")
+            elif row.get("verdict") == "success":
+                cells.append(f"{row.get('processed_insns')} insns {row.get('verification_time_us')} us")
+            else:
+                cells.append("refused: " + str(row.get("reason", ""))[:26])
+        lines.append(f"{obj + ' ' + prog:40} " + " ".join(f"{c:>34}" for c in cells))
+    return "\n".join(lines)
 
-    def boot(self, argv: list[str], timeout: float) -> VMResult:
-        """Run qemu as ``argv`` and read its console until it exits or ``timeout``; kill it on the way out."""
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m capsule.testing.vm",
+                                description="Boot Debian kernels under qemu and run the test suite inside them.")
+    p.add_argument("--suite", choices=sorted(SUITES), default="full")
+    p.add_argument("--kernel", action="append", choices=sorted(KERNELS), help="only this kernel (repeatable)")
+    p.add_argument("--json", type=Path, help="write the reports as JSON to this file")
+    p.add_argument("--quiet", action="store_true", help="do not echo the guests' consoles")
+    args = p.parse_args(argv)
+    suite = SUITES[args.suite]
+    reports = []
+    for label in args.kernel or suite.kernels:
         start = time.monotonic()
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        except OSError as e:
-            raise VMError(f"cannot start {argv[0]}: {e.strerror} (install qemu-system-x86: "
-                          "scripts/setup-kernels.sh)") from None
-        self.pid = proc.pid
-        text, ready = bytearray(), None
-        try:
-            assert proc.stdout is not None
-            with selectors.DefaultSelector() as sel:
-                sel.register(proc.stdout, selectors.EVENT_READ)
-                pending = b""
-                while True:
-                    left = start + timeout - time.monotonic()
-                    if left <= 0:
-                        raise VMTimeout(f"the {self.kernel.label} VM ran past {timeout:.0f} s and was killed",
-                                        text.decode(errors="replace"))
-                    if not sel.select(min(left, 1.0)):
-                        continue
-                    chunk = os.read(proc.stdout.fileno(), 65536)
-                    if not chunk:
-                        break
-                    text += chunk
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for raw in lines:
-                        line = raw.decode(errors="replace").rstrip("\r")
-                        if ready is None and line.strip() == READY_MARKER:
-                            ready = time.monotonic()
-                        if self.echo is not None:
-                            self.echo(line)
-            proc.wait(timeout=max(1.0, start + timeout - time.monotonic()))
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
-            self.pid = None
-        console = text.decode(errors="replace").replace("\r\n", "\n")
-        end = time.monotonic()
-        m = _STATUS.search(console)
-        if m is None:
-            tail = "\n".join(console.strip().splitlines()[-15:])
-            raise VMError(f"the {self.kernel.label} VM stopped (qemu status {proc.returncode}) without reporting "
-                          f"the command's status; console tail:\n{tail}")
-        boot = (ready or end) - start
-        return VMResult(self.kernel.label, self.kernel.release, int(m.group(1)), console, boot, end - (ready or end))
+        print(f"== booting Debian's {label} kernel (suite {suite.name})", flush=True)
+        reports.append(run_kernel(label, suite, echo=None if args.quiet else lambda s, k=label: print(f"  [{k}] {s}")))
+        print(f"== {label}: done in {time.monotonic() - start:.0f} s", flush=True)
+    print(format_report(reports))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in reports], indent=2))
+    return 0 if all(r.ok for r in reports) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
