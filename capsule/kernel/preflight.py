@@ -4,7 +4,8 @@
 of cpu v3 and v4, may_goto, kfuncs, sleepable programs) and says where each is used. ``check_object`` asks
 the probes (``capsule.kernel.probe``, cached per process) about exactly those, and raises
 ``MissingFeature`` naming what is missing and the kernel profile to build for instead
-(``capsule.kernel.profiles``). On a kernel that has everything this costs one probe per feature, once per
+(``capsule.kernel.profiles``). An object that names the profile it was built for (``PROFILE_SECTION``) is
+also held to everything that profile may use. On a kernel that has everything this costs one probe per feature, once per
 process (a few milliseconds), so the common case pays nothing noticeable.
 """
 
@@ -20,7 +21,7 @@ from capsule.bpf.uapi import MapFlags, MapType, ProgFlags
 
 from .errors import LoadError
 from .probe import BY_NAME, probe, probe_all
-from .profiles import NoProfile, best_profile
+from .profiles import PROFILE_SECTION, NoProfile, best_profile, profile
 
 # the map types that need a probe, by the probe that answers for them
 MAP_PROBES = {MapType.ARENA: "arena", MapType.RINGBUF: "ringbuf", MapType.PROG_ARRAY: "tail_calls"}
@@ -85,9 +86,23 @@ def object_needs(spec: ObjectSpec, programs: Iterable[str] | None = None) -> dic
     return needs
 
 
+def profile_needs(spec: ObjectSpec) -> dict[str, str]:
+    """What the profile named in the object's ``PROFILE_SECTION`` needs (nothing when it names none)."""
+    raw = spec.extra_sections.get(PROFILE_SECTION)
+    if raw is None:
+        return {}
+    name = raw.rstrip(b"\0").decode(errors="replace").strip()
+    try:
+        built_for = profile(name)
+    except NoProfile as e:
+        raise LoadError(f"the object was built for an unknown kernel profile: {e}") from None
+    return {need: f"profile {name}" for need in built_for.needs()}
+
+
 def check_object(spec: ObjectSpec, programs: Iterable[str] | None = None) -> None:
-    """Raise ``MissingFeature`` when this kernel lacks something ``spec`` (its maps, and ``programs``) uses."""
-    needs = object_needs(spec, programs)
+    """Raise ``MissingFeature`` when this kernel lacks something ``spec`` (its profile, its maps, ``programs``)
+    uses."""
+    needs = {**profile_needs(spec), **object_needs(spec, programs)}
     missing = {name: where for name, where in needs.items() if not probe(name).ok}
     if not missing:
         return

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 MiB = 1 << 20
+# an object built for a profile names it in this section (the name, ASCII); the kernel layer checks it before
+# loading (``capsule.kernel.preflight``). ``.capsule*`` sections pass through capsule's ELF reader and writer.
+PROFILE_SECTION = ".capsule.profile"
 MAP_PIECE = 4 * MiB  # the map window's piece (a mmapable ARRAY value), as in the BPF Capsule article
 
 # probes that every profile needs: the entry program is XDP run by BPF_PROG_TEST_RUN, its code lives in

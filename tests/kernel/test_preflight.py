@@ -4,6 +4,8 @@ the VM; ``tests/testing/test_refusal.py`` sees the real refusal on the real 6.1.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from capsule.bpf.asm import R0, R1, addr_space_cast, exit_, gotol, ldxs, may_goto, mov, movsx, sdiv
@@ -11,8 +13,10 @@ from capsule.bpf.spec import MapSpec, ObjectSpec, ProgramSpec
 from capsule.bpf.uapi import MapFlags, MapType, ProgType
 from capsule.kernel import preflight
 from capsule.kernel.collection import Collection
+from capsule.kernel.errors import LoadError
 from capsule.kernel.preflight import MissingFeature, check_object, insn_feature, object_needs
 from capsule.kernel.probe import PROBES, ProbeResult
+from capsule.kernel.profiles import PROFILE_SECTION
 
 ON_6_1_NO = {"cpu_v4", "may_goto", "arena", "arena_atomics", "arena_alloc_pages", "kfuncs"}
 
@@ -65,3 +69,16 @@ def test_nothing_missing_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_6_1(monkeypatch)
     plain = ObjectSpec(programs={"p": ProgramSpec("p", "socket", ProgType.SOCKET_FILTER, [mov(R0, 0), exit_()])})
     check_object(plain)
+
+
+def test_the_profile_an_object_was_built_for_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = ObjectSpec(programs={"p": ProgramSpec("p", "socket", ProgType.SOCKET_FILTER, [mov(R0, 0), exit_()])},
+                       extra_sections={PROFILE_SECTION: b"arena-v4"})
+    check_object(plain)  # the host has what arena-v4 needs
+    fake_6_1(monkeypatch)
+    with pytest.raises(MissingFeature) as ei:
+        check_object(plain)  # no arena map and no may_goto in it, but built for a profile that may use them
+    assert "may_goto (used by profile arena-v4" in str(ei.value) and ei.value.profile == "map-v3"
+    check_object(replace(plain, extra_sections={PROFILE_SECTION: b"map-v3"}))
+    with pytest.raises(LoadError, match="unknown kernel profile: no kernel profile 'arena-v9'"):
+        check_object(replace(plain, extra_sections={PROFILE_SECTION: b"arena-v9"}))

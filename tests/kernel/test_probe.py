@@ -6,6 +6,7 @@ known kernel's facts are checked on that kernel itself."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -57,12 +58,6 @@ def test_probes_report_what_kernel_facts_says() -> None:
     assert probe("bpf_loop") is results["bpf_loop"]  # cached: the second answer is the first
 
 
-def test_host_profile_is_arena_v4() -> None:
-    if running() not in ("6.18", "6.12"):
-        pytest.skip("arena-v4 is what 6.12 and 6.18 get")
-    assert best_profile(probe_all()) is profile("arena-v4")
-
-
 def answers(yes: set[str], value_max: int = 256 << 20) -> dict[str, ProbeResult]:
     return {n: ProbeResult(n, n in yes, "" if n in yes else "EINVAL: no", value_max if n == "array_value_max" else None)
             for n in EVERYTHING}
@@ -109,3 +104,18 @@ def test_a_probe_that_fails_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         probe.cache_clear()
     assert not r.ok and r.detail.startswith("EACCES: ") and "R0" in r.detail
+
+
+def test_capsule_probe_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from capsule.cli import main
+
+    version = running()
+    assert main(["probe", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kernel"] == os.uname().release and len(doc["probes"]) == len(PROBES)
+    assert main(["probe"]) == 0
+    text = capsys.readouterr().out
+    assert "BPF features of Linux" in text and "may_goto" in text
+    if version in FACTS:
+        assert doc["profile"] == FACTS[version][1]
+        assert f"profile: {FACTS[version][1]}" in text
