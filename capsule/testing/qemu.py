@@ -3,8 +3,9 @@
 The guest sees the host's ``/`` read-only over virtio-9p with a tmpfs overlay on top (it writes freely and
 nothing reaches the host), plus one writable share, ``out``, at the same path as on the host, for results.
 A small busybox-static initramfs loads the modules that mounting needs, mounts proc, sys, devtmpfs, bpffs and
-tracefs, chroots and runs the command, prints ``STATUS_MARKER`` and the exit status on the serial console,
-and powers off. The command sees the same paths as the host (the worktree, its ``.venv``, the caches).
+tracefs, puts the kernel's modules and config where the host's tools look for them, switches root and runs
+the command, prints ``STATUS_MARKER`` and the exit status on the serial console, and powers off. The
+command sees the same paths as the host (the worktree, its ``.venv``, the caches).
 
 A VM's life is its caller's: ``VM.run`` kills qemu by pid when the time is up or on any exception (Ctrl-C
 included), and qemu is started with PR_SET_PDEATHSIG so that it dies with the process that started it even
@@ -94,12 +95,18 @@ $B mount -t bpf bpf /newroot/sys/fs/bpf
 $B mount -t tracefs tracefs /newroot/sys/kernel/tracing 2>/dev/null
 $B mount -t tmpfs tmpfs /newroot/tmp
 $B mount -t tmpfs tmpfs /newroot/run
-$B mkdir -p /newroot/lib/modules/{release} /newroot{out}
+$B mkdir -p /newroot/lib/modules/{release} /newroot{out} /newroot/run/capsule-vm
 $B mount --bind /newroot{modules} /newroot/lib/modules/{release}
+$B cp /newroot{boot}/config-{release} /newroot{boot}/System.map-{release} /newroot/boot/ 2>/dev/null
 $B mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 {out_tag} /newroot{out}
-$B cp /command /newroot/run/capsule-vm-command
+$B cp /bin/busybox /command /run.sh /newroot/run/capsule-vm/
+exec $B switch_root /newroot /run/capsule-vm/busybox sh /run/capsule-vm/run.sh
+"""
+# PID 1 after switch_root: the host's / is now the root of everything (so the kernel's own helpers, such as
+# modprobe for a module a test needs, find the host's tools and this kernel's modules)
+RUN = r"""B=/run/capsule-vm/busybox
 echo {ready}
-$B chroot /newroot /bin/sh /run/capsule-vm-command
+/bin/sh /run/capsule-vm/command
 echo "{status} $?"
 $B sync
 $B poweroff -f
@@ -115,8 +122,9 @@ def initramfs(kernel: BootableKernel, command: str, out: Path, env: dict[str, st
     entries += [(f"modules/{m.name}", _FILE, m.read_bytes()) for m in modules]
     entries.append(("modules.order", _FILE, "".join(f"{m.name}\n" for m in modules).encode()))
     init = INIT.format(host_tag=HOST_TAG, out_tag=OUT_TAG, release=kernel.release, modules=kernel.modules_dir,
-                       out=out, ready=READY_MARKER, status=STATUS_MARKER)
+                       boot=kernel.tree / "boot", out=out)
     entries.append(("init", _EXEC, init.encode()))
+    entries.append(("run.sh", _FILE, RUN.format(ready=READY_MARKER, status=STATUS_MARKER).encode()))
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     entries.append(("command", _FILE, f"{exports}{command}\n".encode()))
     return cpio(entries)

@@ -118,3 +118,26 @@ def test_smoke_on_debian_6_1() -> None:
                for t in report.tests)
     assert report.boot_seconds < 60
     assert any(f["verdict"] == "success" and f["processed_insns"] for f in report.figures)
+
+
+def test_known_failures_are_told_from_new_ones(tmp_path: Path) -> None:
+    from capsule.testing.vm import read_junit
+
+    (tmp_path / "junit.xml").write_text("""<?xml version="1.0"?><testsuites><testsuite>
+      <testcase classname="tests.wasi.test_programs" name="test_strings[kernel]">
+        <failure message="MissingFeature: this kernel lacks BPF_MAP_TYPE_ARENA (used by map 'w')">tb</failure>
+      </testcase>
+      <testcase classname="tests.kernel.test_verifier_log" name="test_small_log_buffer_grows">
+        <failure message="VerifierError: bpf(PROG_LOAD) failed with EINVAL">tb</failure></testcase>
+      <testcase classname="tests.kernel.test_maps" name="test_other"><failure message="EINVAL">tb</failure></testcase>
+      <testcase classname="tests.kernel.test_maps" name="test_ok"/>
+      <testcase classname="tests.kernel.test_maps" name="test_skip"><skipped message="why"/></testcase>
+    </testsuite></testsuites>""")
+    on_6_1 = {t.id.split("::")[1]: t for t in read_junit(tmp_path / "junit.xml", "6.1")}
+    arena = on_6_1["test_strings[kernel]"]
+    assert arena.outcome == "expected" and "map window" in arena.message
+    assert on_6_1["test_small_log_buffer_grows"].outcome == "expected"
+    assert on_6_1["test_other"].outcome == "failed"  # EINVAL alone is expected only of the log-buffer test
+    assert on_6_1["test_ok"].outcome == "passed" and on_6_1["test_skip"].outcome == "skipped"
+    on_6_12 = read_junit(tmp_path / "junit.xml", "6.12")  # nothing is expected to fail there
+    assert [t.outcome for t in on_6_12] == ["failed", "failed", "failed", "passed", "skipped"]
