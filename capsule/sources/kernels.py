@@ -13,6 +13,7 @@ downloaded with ``apt-get download`` (apt checks it against the signed index) an
 
 from __future__ import annotations
 
+import fcntl
 import lzma
 import re
 import shutil
@@ -96,17 +97,25 @@ def prepared(label: str) -> BootableKernel:
     root = kernels_dir() / package
     done = root / ".prepared"
     if not done.exists():
-        try:
-            PrivateApt(cache_root() / "apt" / "kernels").download_binary(package, root)
-        except FetchError as e:
-            raise RegistryUnavailable(f"cannot download {package}: {e}") from None
-        _prepare(root)
-        (root / "label").write_text(label + "\n")
-        for deb in root.glob("*.deb"):  # the tree is what boots; the .deb would double the cache
-            deb.unlink()
-        done.write_text(package + "\n")
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / ".lock", "a") as lock:  # two runs preparing the same package: the second waits
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                _download_and_prepare(package, root, label)
     release = _release(root / "tree")
     return BootableKernel(label, package, release, root, root / "vmlinux")
+
+
+def _download_and_prepare(package: str, root: Path, label: str) -> None:
+    try:
+        PrivateApt(cache_root() / "apt" / "kernels").download_binary(package, root)
+    except FetchError as e:
+        raise RegistryUnavailable(f"cannot download {package}: {e}") from None
+    _prepare(root)
+    (root / "label").write_text(label + "\n")
+    for deb in root.glob("*.deb"):  # the tree is what boots; the .deb would double the cache
+        deb.unlink()
+    (root / ".prepared").write_text(package + "\n")
 
 
 def cached_package(label: str) -> str | None:
