@@ -1,6 +1,6 @@
 # The two entry points of the README. Each runs the idempotent set-up first (apt packages, .venv).
 # test-kernels is the third: the suite on other kernels, under qemu.
-.PHONY: demo test setup lint setup-kernels test-kernels
+.PHONY: demo test test-unprivileged setup lint setup-kernels test-kernels
 
 setup:
 	@bash scripts/setup.sh
@@ -18,5 +18,11 @@ setup-kernels:
 test-kernels: setup-kernels
 	.venv/bin/python -m capsule.testing.vm --suite full --json .cache/kernels-report.json
 
+# Every test not marked requires_bpf, run as `nobody`: proves the marker misses no test that needs the kernel.
+test-unprivileged: setup
+	bash tests/run_unprivileged.sh
+
+# ruff over the code and the tests; mypy over capsule/ (its files and strictness are in pyproject.toml)
 lint: setup
 	.venv/bin/ruff check capsule tests
+	.venv/bin/mypy

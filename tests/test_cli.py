@@ -40,6 +40,7 @@ def bpftool_processed(obj: Path, tmp_path: Path) -> list[int]:
         shutil.rmtree(pin, ignore_errors=True)
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("obj", ["example", "xdp_parse", "tc_switch"])
 def test_verify_matches_bpftool_processed_insns(obj: str, tmp_path: Path) -> None:
     path = compile_bpf(EXAMPLE if obj == "example" else CORPUS / f"{obj}.c")
@@ -53,6 +54,7 @@ def test_verify_matches_bpftool_processed_insns(obj: str, tmp_path: Path) -> Non
         assert r["jited_size"] > 0 and r["total_states"] >= r["peak_states"] > 0
 
 
+@pytest.mark.requires_bpf
 def test_verify_table_and_rejection() -> None:
     bad = compile_bpf("""
     #include <linux/bpf.h>
@@ -88,6 +90,7 @@ def test_disasm_prints_what_llvm_objdump_prints_with_relocations_named() -> None
     assert any(re.search(r"= 0x0 ll <\w+>$", o) for o, _ in named)
 
 
+@pytest.mark.requires_bpf
 def test_c_demo_runs_in_the_kernel_and_matches_native() -> None:
     res = capsule("demo")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -95,6 +98,7 @@ def test_c_demo_runs_in_the_kernel_and_matches_native() -> None:
     assert "primes below 2000000: 148933" in res.stdout
 
 
+@pytest.mark.requires_bpf
 def test_packet_demo_runs_and_agrees_with_reference() -> None:
     res = capsule("demo", "--packet")
     assert res.returncode == 0, res.stdout + res.stderr

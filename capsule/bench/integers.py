@@ -209,7 +209,7 @@ def run_wasmtime(wasm: bytes, n: int, reps: int) -> tuple[int, list[int]]:
         times.append(time.perf_counter_ns() - t0)
         if r != result:
             raise BenchError(f"wasmtime gave {r}, then {result}")
-    return int(result), times  # type: ignore[arg-type]
+    return int(result), times
 
 
 def run_kernel(wasm: bytes, n: int, reps: int, row: KernelResult, options: Options | None = None) -> int:
@@ -227,11 +227,11 @@ def run_kernel(wasm: bytes, n: int, reps: int, row: KernelResult, options: Optio
         inv0, tr0 = inst.stats.invocations, inst.stats.transitions
         with bpf_stats():
             for _ in range(reps):
-                before = inst.prog.info().run_time_ns
+                before = inst.run_time_ns()
                 t0 = time.perf_counter_ns()
                 (r,) = inst.call("run", n)
                 row.kernel_wall_ns.append(time.perf_counter_ns() - t0)
-                row.kernel_ns.append(inst.prog.info().run_time_ns - before)
+                row.kernel_ns.append(inst.run_time_ns() - before)
                 if r != result:
                     raise BenchError(f"the kernel gave {r}, then {result}")
         row.invocations = (inst.stats.invocations - inv0) / max(reps, 1)
@@ -312,7 +312,7 @@ def machine() -> dict[str, str]:
 
 
 # -- command line --------------------------------------------------------------------------------------------
-def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``bench integers`` in the ``bench`` group (``capsule.cli.bench``)."""
     p = bench.add_parser(
         "integers",

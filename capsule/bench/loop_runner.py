@@ -34,7 +34,8 @@ from capsule.kernel import (
     load_btf,
     parse_stats,
 )
-from capsule.kernel.collection import LoadError, resolve_refs
+from capsule.kernel.collection import resolve_refs
+from capsule.kernel.errors import LoadError
 
 from .loop_programs import (
     BPF_MAX_LOOPS,

@@ -12,8 +12,8 @@ cancel out and what is left is the per-iteration cost. Rounds interleave the mec
 of the machine hits all of them; the table reports the minimum and the median over rounds.
 
 The two wasm rows are the same workload compiled by capsule (``wasm_loop``), once per kernel profile. Their
-entry program is a SYSCALL program, which BPF_PROG_TEST_RUN runs once per call without timing it, so they are
-timed differently: ``bpf_stats`` ``run_time_ns`` over a batch of calls ``sum(n)``, minus a batch of ``sum(0)``,
+calls go through ``Instance.call``, which may take several test runs of the entry program (a budget spent is
+continued, the host serves the guest between runs), so they are timed differently: ``bpf_stats`` ``run_time_ns`` over a batch of calls ``sum(n)``, minus a batch of ``sum(0)``,
 divided by ``n``. They have no ``bpf_ktime_get_ns`` figure (the compiled program does not read the clock).
 
 ``--scaling`` adds verification cost and run time against ``n`` and against the loop body's size, and finds
@@ -117,7 +117,7 @@ class LoopsReport:
             "settings": {"n": self.n, "rounds": self.rounds, "repeat": self.repeat, "body": self.body,
                          "program_type": "XDP", "dispatch_budget": DISPATCH_BUDGET,
                          "ns_per_iteration": "(time(n) - time(0)) / n, both timings",
-                         "wasm_rows": "SYSCALL program via Instance.call; bpf_stats run_time_ns per call, "
+                         "wasm_rows": "Instance.call (one or more test runs); bpf_stats run_time_ns per call, "
                                       "(time(n) - time(0)) / n; no ktime"},
             "machine": self.machine,
             "published": {"source": PUBLISHED_SOURCE, "ns_per_iteration": PUBLISHED},
@@ -271,8 +271,8 @@ def render_table(report: LoopsReport, console: Any) -> None:
                   f"ktime = bpf_ktime_get_ns around the loop inside the program. Published: {PUBLISHED_SOURCE}.",
                   highlight=False)
     if any(r.timing == "bpf_stats" for r in report.results):
-        console.print("* timed differently: the wasm module compiled by capsule runs as a SYSCALL program through "
-                      "Instance.call, which BPF_PROG_TEST_RUN does not time; its test_run columns are bpf_stats "
+        console.print("* timed differently: the wasm module compiled by capsule runs through Instance.call, "
+                      "which may take several test runs per call; its test_run columns are bpf_stats "
                       "run_time_ns per call (mean of a batch, the call's invocations summed), (time of sum(n) - "
                       "time of sum(0)) / n; no ktime. processed insns and load ms are the whole compiled program's "
                       "(entry, dispatcher, the function).", highlight=False)
@@ -309,7 +309,7 @@ def plot_report(report: LoopsReport, path: Path) -> None:
 
 
 # -- command line -----------------------------------------------------------------------------------------
-def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``bench loops`` in the ``bench`` group (``capsule.cli.bench``)."""
     p = bench.add_parser(
         "loops", help="ns per iteration of each BPF loop mechanism, verifier cost, limits",

@@ -24,11 +24,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
 from capsule.bpf.uapi import MapType
 from capsule.kernel.maps import possible_cpus
+
+if TYPE_CHECKING:
+    from capsule.bpf.elf_sections import SectionType
 
 Progress = Callable[[str], None]
 
@@ -183,8 +186,7 @@ def as_loaded(spec: ObjectSpec) -> ObjectSpec:
 def measure_object(spec: ObjectSpec, suite: str, obj: str, cpu: str, passes: Sequence[str], check: bool,
                    per_pass: bool = True, max_insns: int | None = None) -> list[ProgramRow]:
     """Optimise and measure every program of one object (one ``Checker`` for the object: its maps and BTF)."""
-    from capsule.kernel.collection import LoadError
-    from capsule.kernel.errors import BPFError
+    from capsule.kernel.errors import BPFError, LoadError
     from capsule.opt.check import Checker
     from capsule.opt.pipeline import count_slots, make_passes, optimize_program
 
@@ -237,8 +239,7 @@ def _load_figures(row: ProgramRow, checker: Any, name: str, original: ProgramSpe
                   ref_stats: Any) -> None:
     """NPI, verification time and JITed size of both sides; a final optimised program that does not load is a
     regression (the checker accepted every step, so this re-checks the claim rather than assuming it)."""
-    from capsule.kernel.collection import LoadError
-    from capsule.kernel.errors import BPFError
+    from capsule.kernel.errors import BPFError, LoadError
 
     def again(ps: ProgramSpec) -> Any:
         try:
@@ -262,7 +263,7 @@ def _short(e: BaseException) -> str:
     return (text[0] if text else type(e).__name__)[:160]
 
 
-def _own_sections(suite: str) -> dict | None:
+def _own_sections(suite: str) -> dict[str, SectionType] | None:
     """Section names only the suite's own loader knows, typed as that loader types them (Suricata's ``filter``
     and ``loadbalancer`` are socket filters it attaches with ``SO_ATTACH_BPF``)."""
     from capsule.bpf.elf_sections import SectionType
@@ -448,7 +449,7 @@ def plot(report: OptReport, path: Path) -> None:
 
 
 # -- command line ------------------------------------------------------------------------------------------------
-def add_parser(bench: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``bench opt`` in the ``bench`` group (``capsule.cli.bench``)."""
     from capsule.opt.passes import DEFAULT_PASSES
 

@@ -112,11 +112,11 @@ def _resolve_headers(apt: PrivateApt, root: Path, progress: Progress) -> tuple[s
     return flavour, common
 
 
-def _fetch(apt: PrivateApt, root: Path, progress: Progress) -> tuple[Path, KernelHeaders, list[dict]]:
+def _fetch(apt: PrivateApt, root: Path, progress: Progress) -> tuple[Path, KernelHeaders, list[dict[str, str]]]:
     """The probe's folder, the header trees, and what was fetched (package, .deb file, sha256)."""
     flavour, common = _resolve_headers(apt, root, progress)
     trees: dict[str, Path] = {}
-    fetched: list[dict] = []
+    fetched: list[dict[str, str]] = []
     for pkg in (PROBE_PACKAGE, flavour, common):
         trees[pkg] = apt.download_binary(pkg, root / "deb" / pkg, progress)
         debs = sorted((root / "deb" / pkg).glob(f"{pkg}_*.deb"))
@@ -174,7 +174,7 @@ def build_probe_suite(suite: Suite, apt: PrivateApt, root: Path, cpus: Sequence[
     source = f"{fetched[0]['file']}:{probe_dir.relative_to(root / 'deb' / PROBE_PACKAGE / 'tree')}/probe.c"
     sources = sorted(p for p in probe_dir.parent.rglob("*") if p.is_file() and p.suffix in (".c", ".h"))
     ir = out_dir / "probe.bc"
-    steps: list[dict] = []
+    steps: list[dict[str, object]] = []
 
     prov = out_dir / "provenance.json"
     # a cached step keeps the time it took when it ran

@@ -10,14 +10,14 @@ The accumulator is an ``i64`` in linear memory, the seed's volatile accumulator:
 per iteration, here through the arena window with capsule's bounds checks (the default ``checked`` build).
 ``n`` is the function's argument, so one loaded program serves every ``n``; ``bound=K`` builds the same loop
 against the constant ``K`` instead, which shows that a constant bound costs the compiler's output nothing
-more to verify (the loop counter is a local, and locals live in the frame, in arena memory).
+more to verify (the verifier sees the loop counter as an unknown scalar either way: the loop head widens it).
 
 Each profile is one row: ``wasm_may_goto`` is the default build (the back-edge is ``may_goto; goto head``
 inside the region), ``wasm_dispatcher`` is ``Options(may_goto=False)`` (every back-edge stores the state and
 returns to the dispatcher, which re-enters the loop head's region).
 
-The compiled entry point, ``capsule_run``, is a SYSCALL program: BPF_PROG_TEST_RUN runs it once per syscall and
-reports no duration, so its time comes from ``bpf_stats`` (``run_time_ns`` of the program before and after a
+A call goes through ``Instance.call``, which may run the compiled entry point, ``capsule_run``, several times
+(a spent budget is continued, the host serves the guest in between), so its time comes from ``bpf_stats`` (``run_time_ns`` of the program before and after a
 batch of calls). bpf_stats adds its own cost to each run; subtracting a batch of ``sum(0)`` calls removes it
 together with the entry, the dispatcher and the function's prologue.
 """

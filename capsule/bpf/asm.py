@@ -22,11 +22,12 @@ and ``call_kfunc`` keep their ``ref`` for the loader.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import replace
 
 from capsule.ints import signed, unsigned
 
-from .insn import Insn, slot_offsets
+from .insn import Insn
 from .opcodes import (
     ADDR_SPACE_CAST,
     BYTES_SIZE,
@@ -100,7 +101,12 @@ _U32 = range(0, 1 << 32)
 
 
 class AsmError(ValueError):
-    """An instruction that cannot be built or a program whose labels cannot be resolved."""
+    """An instruction that cannot be built or a program whose labels cannot be resolved (``index``: the
+    instruction, when resolving)."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class Reg(int):
@@ -139,9 +145,10 @@ def _imm32(v: int) -> int:
     raise AsmError(f"immediate {v:#x} does not fit in 32 bits")
 
 
-def _off16(v: int) -> int:
+def _off16(v: int, wide: bool = False) -> int:
+    """A memory offset, checked to fit the 16-bit field unless ``wide`` (the caller widens it later)."""
     v = int(v)
-    if v not in _S16:
+    if v not in _S16 and not wide:
         raise AsmError(f"offset {v} does not fit in 16 bits")
     return v
 
@@ -278,9 +285,10 @@ def ld_ind(size: int, src: Reg, imm: int) -> Insn:
 
 
 # -- memory --------------------------------------------------------------------------------------------------
-def ldx(size: int, dst: Reg, src: Reg, off: int) -> Insn:
-    """``dst = *(u<size> *)(src + off)``, zero-extended."""
-    return Insn(Class.LDX | _size(size) | Mode.MEM, _reg(dst), _reg(src), _off16(off))
+def ldx(size: int, dst: Reg, src: Reg, off: int, *, wide: bool = False) -> Insn:
+    """``dst = *(u<size> *)(src + off)``, zero-extended. With ``wide`` the offset may exceed 16 bits, for a
+    caller that rewrites such accesses before encoding (the compiler's frames, ``Code.widen_offsets``)."""
+    return Insn(Class.LDX | _size(size) | Mode.MEM, _reg(dst), _reg(src), _off16(off, wide))
 
 
 def ldxs(size: int, dst: Reg, src: Reg, off: int) -> Insn:
@@ -290,14 +298,14 @@ def ldxs(size: int, dst: Reg, src: Reg, off: int) -> Insn:
     return Insn(Class.LDX | _size(size) | Mode.MEMSX, _reg(dst), _reg(src), _off16(off))
 
 
-def st(size: int, dst: Reg, off: int, imm: int) -> Insn:
-    """``*(u<size> *)(dst + off) = imm``."""
-    return Insn(Class.ST | _size(size) | Mode.MEM, _reg(dst), 0, _off16(off), _imm32(imm))
+def st(size: int, dst: Reg, off: int, imm: int, *, wide: bool = False) -> Insn:
+    """``*(u<size> *)(dst + off) = imm`` (``wide``: as for ``ldx``)."""
+    return Insn(Class.ST | _size(size) | Mode.MEM, _reg(dst), 0, _off16(off, wide), _imm32(imm))
 
 
-def stx(size: int, dst: Reg, off: int, src: Reg) -> Insn:
-    """``*(u<size> *)(dst + off) = src``."""
-    return Insn(Class.STX | _size(size) | Mode.MEM, _reg(dst), _reg(src), _off16(off))
+def stx(size: int, dst: Reg, off: int, src: Reg, *, wide: bool = False) -> Insn:
+    """``*(u<size> *)(dst + off) = src`` (``wide``: as for ``ldx``)."""
+    return Insn(Class.STX | _size(size) | Mode.MEM, _reg(dst), _reg(src), _off16(off, wide))
 
 
 _ATOMIC_OPS = (Atomic.ADD, Atomic.OR, Atomic.AND, Atomic.XOR)
@@ -397,14 +405,39 @@ def _is_label_ref(ins: Insn) -> bool:
     return ins.is_jump
 
 
+# The verifier rewrites some instructions into several before the JIT sees them (may_goto's counter, the
+# division-by-zero guards of div/mod by a register, inlined helpers), and a jump whose offset no longer fits
+# 16 bits after that is refused ("insn N cannot be patched due to 16-bit range"): a jump counts this many
+# extra slots for each such instruction it spans.
+PATCH_SLOTS = 8
+_INVERSE = {
+    Jmp.JEQ: Jmp.JNE, Jmp.JNE: Jmp.JEQ, Jmp.JGT: Jmp.JLE, Jmp.JLE: Jmp.JGT, Jmp.JGE: Jmp.JLT, Jmp.JLT: Jmp.JGE,
+    Jmp.JSGT: Jmp.JSLE, Jmp.JSLE: Jmp.JSGT, Jmp.JSGE: Jmp.JSLT, Jmp.JSLT: Jmp.JSGE,
+}
+
+
+_DIVMOD = (Alu.DIV, Alu.MOD)  # by a register: the kernel adds a zero check (may_goto, helper calls: see below)
+
+
+def _is_conditional(ins: Insn) -> bool:
+    return ins.is_jump and not ins.is_gotol and ins.code & 0xF0 != Jmp.JA
+
+
 def resolve(insns: list[Insn], labels: dict[str, int] | None = None, *, relax: bool = True) -> list[Insn]:
+    return resolve_mapped(insns, labels, relax=relax)[0]
+
+
+def resolve_mapped(insns: list[Insn], labels: dict[str, int] | None = None, *,
+                   relax: bool = True) -> tuple[list[Insn], list[int]]:
     """Turn label references into slot-relative offsets.
 
     Labels come from ``labels`` (name -> instruction index) and from each instruction's ``sym``. Offsets
-    count slots, so an ``ld_imm64`` between a jump and its target counts twice. With ``relax``, a ``ja``
-    whose offset does not fit 16 bits becomes a ``gotol``; any other jump out of range is an ``AsmError``,
-    as is a reference to an undefined label. Returns new instructions; jump/call refs are cleared, map/kfunc
-    refs kept.
+    count slots, so an ``ld_imm64`` between a jump and its target counts twice. With ``relax``, a jump whose
+    offset does not fit 16 bits (with PATCH_SLOTS of margin for every instruction the kernel expands on the way)
+    becomes a ``gotol``: an unconditional ``ja`` in place, a conditional one as the inverted condition jumping
+    over a ``gotol`` (``jset`` and ``may_goto``, which have no inverse, as the jump, a ``ja`` over the ``gotol``,
+    and the ``gotol``). Without ``relax`` such a jump, and with it one beyond 32 bits, is an ``AsmError``, as is
+    a reference to an undefined label. Returns new instructions; jump/call refs are cleared, map/kfunc refs kept.
     """
     table: dict[str, int] = dict(labels or {})
     for idx, ins in enumerate(insns):
@@ -412,37 +445,110 @@ def resolve(insns: list[Insn], labels: dict[str, int] | None = None, *, relax: b
             prev = table.setdefault(ins.sym, idx)
             if prev != idx:
                 raise AsmError(f"label {ins.sym!r} defined twice (instructions {prev} and {idx})")
-    slots = slot_offsets(insns)
-    out: list[Insn] = []
     for idx, ins in enumerate(insns):
-        if not _is_label_ref(ins):
+        if _is_label_ref(ins):
+            assert ins.ref is not None
+            if ins.ref not in table:
+                raise AsmError(f"instruction {idx} ({ins!r}) refers to undefined label {ins.ref!r}")
+            if not 0 <= table[ins.ref] < len(insns):
+                raise AsmError(f"label {ins.ref!r} (used by instruction {idx}) is past the last instruction")
+    patched = [0]  # instructions the kernel expands before each instruction (and the end)
+    base = [0]  # slot offset of every instruction (and one past the end) before any jump grows
+    refs: list[tuple[int, int]] = []  # (instruction, target) of every label reference
+    npatched = nslots = 0
+    for idx, ins in enumerate(insns):  # the hot loop of a large build: plain reads, no properties
+        code = ins.code
+        cls = code & 0x07
+        if cls == Class.JMP or cls == Class.JMP32:
+            op = code & 0xF0
+            if op == Jmp.JCOND or (op == Jmp.CALL and ins.src == 0):
+                npatched += 1
+        elif (cls == Class.ALU or cls == Class.ALU64) and code & 0x08 == Src.X and code & 0xF0 in _DIVMOD:
+            npatched += 1
+        patched.append(npatched)
+        nslots += 2 if code == LD_IMM64 else 1
+        base.append(nslots)
+        if ins.ref is not None and _is_label_ref(ins):
+            refs.append((idx, table[ins.ref]))
+    # Grow conditional jumps to their long form until none is out of reach: growing one moves others.
+    far: dict[int, int] = {}  # conditional jumps that take the long form -> the slots their form adds
+    candidates = [(idx, target) for idx, target in refs if _is_conditional(insns[idx])] if relax else []
+    while candidates:
+        slots = _Slots(base, far)
+        grown = [(idx, target) for idx, target in candidates
+                 if abs(slots.at(target) - slots.at(idx) - 1) + PATCH_SLOTS * abs(patched[target] - patched[idx])
+                 >= 1 << 15]
+        if not grown:
+            break
+        for idx, _ in grown:
+            far[idx] = _long_extra(insns[idx])
+        candidates = [c for c in candidates if c[0] not in far]
+    slots = _Slots(base, far)
+    out: list[Insn] = []
+    where: list[int] = []  # index in ``out`` of every input instruction
+    targets = dict(refs)
+    for idx, ins in enumerate(insns):
+        where.append(len(out))
+        target = targets.get(idx)
+        if target is None:
             out.append(ins)
             continue
-        assert ins.ref is not None
-        if ins.ref not in table:
-            raise AsmError(f"instruction {idx} ({ins!r}) refers to undefined label {ins.ref!r}")
-        target = table[ins.ref]
-        if not 0 <= target < len(insns):
-            raise AsmError(f"label {ins.ref!r} (used by instruction {idx}) is past the last instruction")
-        delta = slots[target] - slots[idx] - 1
-        out.append(_with_offset(ins, idx, delta, relax))
-    return out
+        delta = slots.at(target) - slots.at(idx)
+        if idx in far:
+            out.extend(_long_form(ins, delta))
+            continue
+        margin = PATCH_SLOTS * abs(patched[target] - patched[idx])
+        out.append(_with_offset(ins, idx, delta - 1, relax, margin))
+    return out, where
 
 
-def _with_offset(ins: Insn, idx: int, delta: int, relax: bool) -> Insn:
+class _Slots:
+    """Slot offsets once the jumps in ``far`` take their long form: the base offset plus what the long forms
+    before an instruction add (few jumps grow, so a bisect over them beats recounting every instruction)."""
+
+    def __init__(self, base: list[int], far: dict[int, int]) -> None:
+        self._base = base
+        self._far = sorted(far)
+        self._extra = [0]
+        for idx in self._far:
+            self._extra.append(self._extra[-1] + far[idx])
+
+    def at(self, idx: int) -> int:
+        return self._base[idx] + self._extra[bisect_left(self._far, idx)]
+
+
+def _long_extra(ins: Insn) -> int:
+    """Instructions a conditional jump's long form adds."""
+    return 1 if (ins.code & 0xF0) in _INVERSE else 2
+
+
+def _long_form(ins: Insn, from_start: int) -> list[Insn]:
+    """A conditional jump to ``from_start`` slots after its own position, as instructions that reach that far."""
+    op = Jmp(ins.code & 0xF0)
+    cls = ins.code & 0x0F  # class and source bit
+    if op in _INVERSE:  # if !cond skip; gotol target
+        inverted = replace(ins, code=cls | _INVERSE[op], off=1, ref=None)
+        return [inverted, Insn(Class.JMP32 | Jmp.JA, imm=from_start - 2)]
+    # jset / may_goto: if cond goto +1 (the gotol); else ja +1 (over it)
+    return [replace(ins, off=1, ref=None), Insn(Class.JMP | Jmp.JA, off=1),
+            Insn(Class.JMP32 | Jmp.JA, imm=from_start - 3)]
+
+
+def _with_offset(ins: Insn, idx: int, delta: int, relax: bool, margin: int = 0) -> Insn:
+    # Insn(...) rather than dataclasses.replace: this runs for every jump of a large build
     if ins.is_ld_imm64:  # ld_func: the low word is the signed offset, the high word zero
-        return replace(ins, imm=unsigned(delta, 32), ref=None)
+        return Insn(ins.code, ins.dst, ins.src, ins.off, unsigned(delta, 32), None, ins.sym)
     if ins.is_call or ins.is_gotol:
         if delta not in _S32:
-            raise AsmError(f"instruction {idx}: target of {ins.ref!r} is {delta} slots away, beyond 32 bits")
-        return replace(ins, imm=delta, ref=None)
-    if delta in _S16:
-        return replace(ins, off=delta, ref=None)
+            raise AsmError(f"instruction {idx}: target of {ins.ref!r} is {delta} slots away, beyond 32 bits", idx)
+        return Insn(ins.code, ins.dst, ins.src, ins.off, delta, None, ins.sym)
+    if abs(delta) + margin < 1 << 15 and delta in _S16:
+        return Insn(ins.code, ins.dst, ins.src, delta, ins.imm, None, ins.sym)
     if relax and ins.code == Class.JMP | Jmp.JA and delta in _S32:
         return Insn(Class.JMP32 | Jmp.JA, imm=delta, sym=ins.sym)
     raise AsmError(
-        f"instruction {idx}: jump to {ins.ref!r} is {delta} slots away, beyond the 16-bit offset "
-        "(only an unconditional ja can be widened to gotol)"
+        f"instruction {idx}: jump to {ins.ref!r} is {delta} slots away, beyond the 16-bit offset"
+        + (f" with {margin} slots of margin for the kernel's rewrites" if margin else ""), idx
     )
 
 

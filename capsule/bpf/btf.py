@@ -384,8 +384,7 @@ class BTF:
             return memo[tid]
         t = src.type_by_id(tid)
         if isinstance(t, Struct):  # Union too
-            new = type(t)(t.name, t.size, [])
-            memo[tid] = self.add(new)
+            memo[tid] = self.add(type(t)(t.name, t.size, []))
             return memo[tid]
         new = copy.deepcopy(t)
         nid = self.add(new)

@@ -9,6 +9,7 @@ capsule does not apply CO-RE, but a read-write round trip keeps them.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .btf import MAGIC, BTFError, StringTable
@@ -105,7 +106,8 @@ class BTFExt:
         return list(seen)
 
 
-def _sections(data: bytes, start: int, length: int, min_rec: int, strings: StringTable):
+def _sections(data: bytes, start: int, length: int, min_rec: int,
+              strings: StringTable) -> Iterator[tuple[str, list[bytes]]]:
     """Yield (section name, [record bytes]) of one info block."""
     if not length:
         return

@@ -388,9 +388,9 @@ class _Reader(MapReader):
                 ins = replace(ins)
                 if i == 0:
                     ins.sym = f.name
-                tgt = f.targets.get(i)
-                if tgt is not None:
-                    dest = placed[tgt] if tgt in placed else None
+                target = f.targets.get(i)
+                if target is not None:
+                    dest = placed[target] if target in placed else None
                     assert dest is not None
                     rel = dest - (pos + 1)
                     ins.imm = rel if ins.is_call else rel & MASK32

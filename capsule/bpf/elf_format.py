@@ -94,15 +94,15 @@ class ElfBuilder:
 
     def encode(self) -> bytes:
         # final section list: null, each section followed by its .rel, then .symtab and .strtab
-        layout: list[tuple[str, object]] = [("null", None)]
-        for s in self.sections:
-            layout.append(("sec", s))
-            if s.relocs:
-                layout.append(("rel", s))
+        layout: list[tuple[str, Section | None]] = [("null", None)]
+        for sec in self.sections:
+            layout.append(("sec", sec))
+            if sec.relocs:
+                layout.append(("rel", sec))
         layout += [("symtab", None), ("strtab", None)]
-        for i, (what, s) in enumerate(layout):
-            if what == "sec":
-                s.index = i  # type: ignore[union-attr]
+        for i, (what, entry) in enumerate(layout):
+            if what == "sec" and entry is not None:
+                entry.index = i
         symtab_idx, strtab_idx = len(layout) - 2, len(layout) - 1
 
         strtab = bytearray(b"\0")
@@ -119,18 +119,18 @@ class ElfBuilder:
         locals_ += [s for s in self.symbols if s.bind == STB_LOCAL]
         globals_ = [s for s in self.symbols if s.bind != STB_LOCAL]
         syms = locals_ + globals_
-        for i, s in enumerate(syms):
-            s.index = i
+        for i, sym in enumerate(syms):
+            sym.index = i
         symdata = b"".join(
             _SYM.pack(
-                sadd(s.name) if s.name else 0,
-                s.bind << 4 | s.type,
+                sadd(sym.name) if sym.name else 0,
+                sym.bind << 4 | sym.type,
                 0,
-                s.section.index if s.section is not None else 0,
-                s.value,
-                s.size,
+                sym.section.index if sym.section is not None else 0,
+                sym.value,
+                sym.size,
             )
-            for s in syms
+            for sym in syms
         )
 
         # section contents and headers
@@ -148,15 +148,17 @@ class ElfBuilder:
             if what == "null":
                 headers.append(_SHDR.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
             elif what == "sec":
-                sh_type, flags, align = _KINDS[s.kind]  # type: ignore[union-attr]
-                name = sadd(s.name)  # type: ignore[union-attr]
+                assert s is not None
+                sh_type, flags, align = _KINDS[s.kind]
+                name = sadd(s.name)
                 if sh_type == SHT_NOBITS:
                     off = place(b"", align)
                 else:
-                    off = place(s.data, align)  # type: ignore[union-attr]
-                headers.append(_SHDR.pack(name, sh_type, flags, 0, off, len(s.data), 0, 0, align, 0))  # type: ignore
+                    off = place(s.data, align)
+                headers.append(_SHDR.pack(name, sh_type, flags, 0, off, len(s.data), 0, 0, align, 0))
             elif what == "rel":
-                data = b"".join(_REL.pack(off, sym.index << 32 | rtype) for off, sym, rtype in s.relocs)  # type: ignore[union-attr]
+                assert s is not None
+                data = b"".join(_REL.pack(r_off, sym.index << 32 | rtype) for r_off, sym, rtype in s.relocs)
                 off = place(data, 8)
                 headers.append(
                     _SHDR.pack(
@@ -164,14 +166,14 @@ class ElfBuilder:
                         SHT_REL,
                         SHF_INFO_LINK,
                         0,
-                        off,  # type: ignore
+                        off,
                         len(data),
                         symtab_idx,
                         s.index,
                         8,
                         _REL.size,
                     )
-                )  # type: ignore
+                )
             elif what == "symtab":
                 name = sadd(".symtab")
                 off = place(symdata, 8)

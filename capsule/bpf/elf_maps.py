@@ -145,7 +145,7 @@ class MapReader:
             raise self.err(f"map {name!r}: no map type (__uint(type, ...))")
         return MapSpec(
             name=name,
-            type=vals["type"],
+            type=MapType(vals["type"]),
             key_size=vals.get("key_size", 0),
             value_size=vals.get("value_size", 0),
             max_entries=vals.get("max_entries", 0),

@@ -27,14 +27,14 @@ A = AttachType
 
 @dataclass(frozen=True)
 class SectionType:
-    prog_type: int
+    prog_type: ProgType
     expected_attach_type: int = 0
     flags: int = 0
     attach_to: str = ""  # the part after the prefix: "syscalls/sys_enter_getpid"
     autoload: bool = True  # False for "?name": libbpf loads such a program only when asked to
 
 
-def _d(prog_type: int, attach: int = 0, flags: int = 0) -> SectionType:
+def _d(prog_type: ProgType, attach: int = 0, flags: int = 0) -> SectionType:
     return SectionType(prog_type, attach, flags)
 
 

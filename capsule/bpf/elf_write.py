@@ -45,7 +45,7 @@ class _Fn:
     type_id: int  # BTF FUNC, 0 until known
     line_infos: list[LineInfo]
     callees: dict[int, str] = field(default_factory=dict)  # insn index -> callee function name
-    key: tuple = ()
+    key: tuple[tuple[int, int, int, int, int | str, str | None], ...] = ()  # _canonical
 
 
 def _is_data_map(m: MapSpec) -> bool:
@@ -91,10 +91,10 @@ class _Writer:
             tid = fi_by_off.get(start, 0)
             if start == 0:
                 name = prog.name
-            elif tid and isinstance(self.btf.type_by_id(tid), Func):
-                name = self.btf.type_by_id(tid).name
-            elif insns[lo].sym:
-                name = insns[lo].sym
+            elif tid and isinstance(func := self.btf.type_by_id(tid), Func):
+                name = func.name
+            elif sym := insns[lo].sym:
+                name = sym
             else:
                 name = f"{prog.name}__sub{start}"
             lines = [
@@ -113,7 +113,7 @@ class _Writer:
             fn.callees = {i: name_at[targets[base + i]] for i in range(len(fn.insns)) if base + i in targets}
         return fns
 
-    def _canonical(self, fn: _Fn) -> tuple:
+    def _canonical(self, fn: _Fn) -> tuple[tuple[int, int, int, int, int | str, str | None], ...]:
         return tuple(
             (i.code, i.dst, i.src, i.off, fn.callees[k] if k in fn.callees else i.imm, i.ref)
             for k, i in enumerate(fn.insns)
@@ -243,11 +243,12 @@ class _Writer:
 
         if externs:
             ksyms = [(self._kfunc_btf(name), 0, 0) for name in externs]
-            if _datasec(btf, ".ksyms") is None:
+            have_ksyms = _datasec(btf, ".ksyms")
+            if have_ksyms is None:
                 _set_datasec(btf, ".ksyms", 0, ksyms)
             else:
-                have = {vs.type for vs in _datasec(btf, ".ksyms").vars}
-                _datasec(btf, ".ksyms").vars.extend(VarSecinfo(t, 0, 0) for t, _, _ in ksyms if t not in have)
+                have = {vs.type for vs in have_ksyms.vars}
+                have_ksyms.vars.extend(VarSecinfo(t, 0, 0) for t, _, _ in ksyms if t not in have)
 
         ext_bytes = ext.encode(btf.strings)  # first: it adds section names to the BTF string table
         elf.add_section(".BTF", "btf", btf.encode())
@@ -257,14 +258,16 @@ class _Writer:
         return elf.encode()
 
     def _kfunc_btf(self, name: str) -> int:
-        ids = [i for i in self.btf.find_ids(name) if isinstance(self.btf.type_by_id(i), Func)]
-        if ids:
-            f = self.btf.type_by_id(ids[0])
-            f.linkage = Linkage.EXTERN
-            return ids[0]
+        for tid in self.btf.find_ids(name):
+            f = self.btf.type_by_id(tid)
+            if isinstance(f, Func):
+                f.linkage = Linkage.EXTERN
+                return tid
         return kfunc_type(self.btf, self.vmlinux(), name)
 
-    def _relocate(self, fn: _Fn, k: int, ins: Insn, fn_sym, map_sym, data_sym, externs, elf):
+    def _relocate(self, fn: _Fn, k: int, ins: Insn, fn_sym: dict[str, Symbol], map_sym: dict[str, Symbol],
+                  data_sym: dict[str, Section], externs: dict[str, Symbol],
+                  elf: ElfBuilder) -> tuple[Insn, tuple[Symbol, int] | None]:
         """The instruction as written in the object, and (symbol, relocation type) if it needs one."""
         if k in fn.callees:
             # like clang: a global callee through its own symbol, a static one through the section symbol plus
@@ -272,6 +275,7 @@ class _Writer:
             sym = fn_sym[fn.callees[k]]
             off = 0
             if sym.bind == STB_LOCAL:
+                assert sym.section is not None  # a function defined in this object
                 sym, off = elf.section_symbol(sym.section), sym.value
             if ins.is_call:
                 return replace(ins, src=CallKind.BPF, imm=off // SLOT - 1, ref=None, sym=None), (
@@ -314,7 +318,11 @@ def object_bytes(spec: ObjectSpec) -> bytes:
 
 def _datasec(btf: BTF, name: str) -> Datasec | None:
     ids = btf.find_ids(name, Datasec.kind)
-    return btf.type_by_id(ids[0]) if ids else None  # type: ignore[return-value]
+    if not ids:
+        return None
+    ds = btf.type_by_id(ids[0])
+    assert isinstance(ds, Datasec)  # find_ids looked for that kind
+    return ds
 
 
 def _set_datasec(btf: BTF, name: str, size: int, entries: list[tuple[int, int, int]]) -> None:

@@ -27,7 +27,7 @@ class DecodeError(ValueError):
     """Raised for bytes that are not a well-formed BPF instruction stream."""
 
 
-@dataclass(eq=True)
+@dataclass(eq=True, slots=True)
 class Insn:
     code: int
     dst: int = 0

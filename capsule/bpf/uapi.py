@@ -28,7 +28,9 @@ class _OpenEnum(IntEnum):
         member._name_ = f"UNKNOWN_{value}"
         member._value_ = value
         # remembered, so that equal numbers give the same member (as listed ones do)
-        return cls._value2member_map_.setdefault(value, member)  # type: ignore[return-value]
+        remembered = cls._value2member_map_.setdefault(value, member)
+        assert isinstance(remembered, cls)
+        return remembered
 
     @property
     def known(self) -> bool:

@@ -19,7 +19,7 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
     """(error classes, exit status, hint after the message): how ``main`` reports an error that ends a command,
     as one line ``capsule: [SUBJECT: ]ERROR[HINT]``. The first row the error belongs to decides, so subclasses
     come before their bases; an error in no row is a bug in capsule and keeps its traceback."""
-    from capsule.kernel.collection import LoadError
+    from capsule.kernel.errors import LoadError
     from capsule.runtime.errors import CallError, GuestRejected, GuestTrap
     from capsule.runtime.wasi_host import WasiError
     from capsule.sources.fetch import FetchError

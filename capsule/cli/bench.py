@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from capsule.bench import integers, loops, opt
 
     bench = sub.add_parser("bench", help="benchmarks (loop mechanisms, integer kernels, optimiser)",

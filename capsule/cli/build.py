@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capsule.cli.common import about, add_build_options, add_c_flags, compile_options, int_arg, read_spec
+from capsule.cli.common import about, add_build_options, add_c_flags, compile_options, int_arg, positive_int, read_spec
 
 if TYPE_CHECKING:
     from capsule.bpf.spec import ObjectSpec
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 CALL_TRAP_STATUS = 2  # a trap is what the call returned: not an error of capsule's
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("build", help="compile C/C++ sources or a WebAssembly module to a BPF object",
                        description="Compile C/C++ sources (clang-19 to wasm32-wasi with capsule's WASI runtime) or a "
                                    "wasm32 module to a BPF object of regions run by capsule's dispatcher.")
@@ -39,8 +39,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("args", nargs="*", help="integer arguments", type=int_arg)
     s.add_argument("--stats", action="store_true",
                    help="print verifier and run statistics (processed insns, load time, regions, invocations)")
-    s.add_argument("--budget", type=int, default=1 << 62,
-                   help="region transitions per kernel invocation before PENDING (the call is continued)")
+    s.add_argument("--budget", type=positive_int, default=1 << 62,
+                   help="region transitions per kernel invocation before PENDING (the call is continued); at "
+                        "least 1")
     add_build_options(s)
     s.set_defaults(func=cmd_call)
 
@@ -114,7 +115,7 @@ def cmd_call(args: argparse.Namespace) -> int:
             _, results = inst.func_types(index)
             with bpf_stats():
                 values = inst.call_index(index, list(args.args), budget=args.budget)
-                info = inst.prog.info()
+                run_time_ns = inst.run_time_ns()
         except GuestTrap as e:
             print(f"capsule: trap in {args.function}: {e.message}", file=sys.stderr)
             for name in e.backtrace:
@@ -123,10 +124,12 @@ def cmd_call(args: argparse.Namespace) -> int:
         for t, v in zip(results, values, strict=True):
             print(_show(t, v))
         if args.stats:
-            st = inst.prog.stats
-            print(f"processed insns: {st.processed_insns}\nverification time: {st.verification_time_usec} us\n"
-                  f"load time: {inst.load_seconds * 1000:.1f} ms\nregions executed: {inst.stats.transitions}\n"
-                  f"invocations: {inst.stats.invocations}\nrun_time_ns: {info.run_time_ns}", file=sys.stderr)
+            for prog in inst.programs:
+                st = prog.stats
+                print(f"{prog.name}: processed insns: {st.processed_insns if st else '?'}, verification time: "
+                      f"{st.verification_time_usec if st else '?'} us", file=sys.stderr)
+            print(f"load time: {inst.load_seconds * 1000:.1f} ms\nregions executed: {inst.stats.transitions}\n"
+                  f"invocations: {inst.stats.invocations}\nrun_time_ns: {run_time_ns}", file=sys.stderr)
     return 0
 
 

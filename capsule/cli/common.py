@@ -58,6 +58,14 @@ def int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r} (use decimal, 0x hex, or a minus sign)") from None
 
 
+def positive_int(text: str) -> int:
+    """An integer of at least 1 (argparse refuses anything else with this message)."""
+    v = int_arg(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
 def add_c_flags(s: argparse.ArgumentParser) -> None:
     """-I/-D/-O/-l (and --cflag for anything else) collected in ``args.cflags`` for clang."""
     c = s.add_argument_group("C/C++ build flags (passed to clang)")

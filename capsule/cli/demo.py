@@ -7,7 +7,7 @@ import argparse
 from capsule.cli.common import console
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("demo", help="run a bundled C program in the kernel next to its native build",
                        description="Build the bundled C program (capsule/examples/wordcount_primes.c) natively with "
                                    "gcc and with capsule, run both, and show the outputs side by side with the time "

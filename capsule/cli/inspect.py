@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from capsule.cli.common import console, read_spec
 
+if TYPE_CHECKING:
+    from capsule.kernel.maps import Map
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser(
         "disasm",
         help="disassemble each program of a BPF object",
@@ -38,25 +42,26 @@ def cmd_disasm(args: argparse.Namespace) -> int:
     return 0
 
 
-def verify_rows(path: str) -> list[dict]:
+def verify_rows(path: str) -> list[dict[str, object]]:
     """Load every program of an object; one row per program (the shape of veristat's output)."""
-    from capsule.kernel.collection import LoadError, create_maps, load_object_btf, load_program
-    from capsule.kernel.consts import LogLevel, ProgType
-    from capsule.kernel.errors import BPFError, VerifierError
+    from capsule.bpf.uapi import ProgType
+    from capsule.kernel.collection import create_maps, load_object_btf, load_program
+    from capsule.kernel.consts import LogLevel
+    from capsule.kernel.errors import BPFError, LoadError, VerifierError
 
     spec = read_spec(path)
     if not spec.programs:
         unplaced = spec.unlinked.unplaced if spec.unlinked is not None else []
         why = "; ".join(str(u) for u in unplaced) if unplaced else "the object holds no code"
         raise SystemExit(f"capsule: {path}: no program to load ({why})")
-    rows: list[dict] = []
+    rows: list[dict[str, object]] = []
     btf_fd = load_object_btf(spec)
-    maps = {}
+    maps: dict[str, Map] = {}
     try:
         maps = create_maps(spec, btf_fd)
         for name, ps in spec.programs.items():
             tname = ProgType(ps.type).label.lower()
-            row: dict = {"program": name, "type": tname, "insns": sum(i.slots() for i in ps.insns)}
+            row: dict[str, object] = {"program": name, "type": tname, "insns": sum(i.slots() for i in ps.insns)}
             try:
                 prog = load_program(ps, maps, btf_fd, log_level=LogLevel.BRANCHES | LogLevel.STATS)
             except VerifierError as e:

@@ -16,7 +16,7 @@ import sys
 from capsule.cli.common import read_spec
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from capsule.opt.passes import DEFAULT_PASSES
 
     s = sub.add_parser(

@@ -26,7 +26,7 @@ TRAP_STATUS = 134  # what a native program that calls abort() exits with
 DEFAULT_ENGINE = "kernel"
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser(
         "run", help="build and run a C/C++ program, wasm32-wasi module or capsule BPF object",
         description="Run PROGRAM (.c/.cc/.cpp built with clang-19 and capsule's WASI runtime, cached by content "

@@ -8,7 +8,7 @@ memory starts at 0; the runtime area sits at the top, out of the way of ``memory
     | linear memory ...    | control | globals | func info | tables | fibers | stacks ... |
 
 A *state* is what the dispatcher carries between regions: ``frame pointer << 32 | region id``. A region id's
-low 8 bits name the physical BPF function that holds the region, the rest the region inside it; ids from
+low PHYS_BITS bits name the physical BPF function that holds the region, the rest the region inside it; ids from
 ``SPECIAL_BASE`` up are not regions but outcomes (return to host, traps).
 
 A software-stack frame of a wasm function, at guest address ``fp`` (stacks grow upwards)::
@@ -26,7 +26,14 @@ from __future__ import annotations
 from enum import IntEnum
 
 # the names the host looks up in a compiled object
-ENTRY_PROGRAM = "capsule_run"  # the program the host runs with BPF_PROG_TEST_RUN (non-sleepable XDP: below)
+ENTRY_PROGRAM = "capsule_run"  # the program the host runs with BPF_PROG_TEST_RUN (a tc program: below)
+PROGRAMS_MAP = "capsule_programs"  # the program array joining the programs of a split object (tail calls)
+MAX_PROGRAMS = 64
+
+
+def program_name(k: int) -> str:
+    """Program ``k`` of a compiled object: the first keeps the entry's old name."""
+    return ENTRY_PROGRAM if k == 0 else f"{ENTRY_PROGRAM}_{k}"
 WINDOW_MAP = "capsule_window"  # the arena map that is the window
 META_SECTION = ".capsule.meta"  # what the host needs to instantiate and call the module (``meta``)
 DATA_SECTION = ".capsule.data"  # the data segments' bytes, placed by the host
@@ -87,6 +94,9 @@ FIBER_TRAP_INLINED = 80  # u64: 1 + the function whose inlined body trapped insi
 FIBER_RESUME = 88  # u64: the state a yielded fiber continues at
 FIBER_EXIT_CODE = 96  # u64: the code given to capsule.exit
 FIBER_GROW = 104  # u64: bytes of linear memory a memory.grow needs backed by pages (status GROW)
+FIBER_SWITCHES = 112  # u64: tail calls from one program of a split object to another, all invocations
+FIBER_STACK_LOW = 120  # u64: the lowest value the C stack pointer may take (the stack's bottom)
+FIBER_STACK_HIGH = 128  # u64: and the highest (its top): outside, the C stack has overflowed
 
 # the dispatcher's bounded loops in the profile without may_goto: regions per step, steps per round, rounds
 STEP_REGIONS = 32
@@ -107,6 +117,8 @@ BPF_FIBER_SCALAR = -80  # the fiber record's guest address (u64 scalar), for cal
 # the BPF stack of the entry program and of the bounded dispatcher loops (profile without may_goto)
 BPF_ENTRY_FIBER = -8  # the fiber record's guest address, passed to every physical function
 BPF_ENTRY_BUDGET = -16  # the invocation's budget as it came in (entry program only)
+BPF_ENTRY_CTX = -24  # the __sk_buff context, for a tail call to another program of a split object
+BPF_ENTRY_TARGET = -32  # the program a tail call goes to
 
 # frame header
 FRAME_CALLER = 0
@@ -115,8 +127,8 @@ FRAME_LOCALS = 16
 SLOT = 8
 
 # region ids
-PHYS_BITS = 8
-MAX_PHYS = (1 << PHYS_BITS) - 1  # 255 physical functions; index 255 is never used for regions
+PHYS_BITS = 10
+MAX_PHYS = (1 << PHYS_BITS) - 1  # physical functions in all programs together (each program holds at most 255)
 SPECIAL_BASE = 0xFFFF_FF00  # + a Trap code (below 0x80), or one of these:
 SPECIAL_YIELD = SPECIAL_BASE + 0x80
 SPECIAL_EXIT = SPECIAL_BASE + 0x81
@@ -171,22 +183,29 @@ class Status(IntEnum):
     GROW = 6  # a memory.grow needs pages up to ctx.detail bytes: back them, then continue with the same token
 
 
-# The entry program is an XDP program run by BPF_PROG_TEST_RUN on a "packet" that is the context below: XDP
-# because programs too large for one verifier budget are split into several joined by tail calls, which no
-# sleepable program may use (a PROG_ARRAY is refused); the price is that a non-sleepable program cannot
-# allocate arena pages, so a memory.grow past the committed pages returns to the host (status GROW).
+# The entry program is a tc (SCHED_CLS) program run by BPF_PROG_TEST_RUN on a "packet" that is the context
+# below. Not sleepable, because programs too large for one verifier budget are split into several joined by
+# tail calls, which no sleepable program may use (a PROG_ARRAY is refused); the price is that a non-sleepable
+# program cannot allocate arena pages, so a memory.grow past the committed pages returns to the host (status
+# GROW). tc rather than XDP because a test run of XDP with a repeat count flips a kernel static key (~17 ms a
+# call, measured), where tc's repeats cost ~40 ns each.
 
 
 # the entry program's context: the packet's bytes (BPF_PROG_TEST_RUN data_in/data_out)
+# The host runs the entry with a ``repeat`` count: the packet persists from one run to the next, so the runs
+# continue one fiber (each with a fresh chain of 33 tail calls) until one ends in something other than PENDING,
+# after which the remaining runs return at once. The status is PENDING going in.
 CTX_FIBER = 0  # u32
 CTX_GENERATION = 4  # u32
-CTX_BUDGET = 8  # u64: region transitions allowed in this invocation
-CTX_STATUS = 16  # u64 (out)
+CTX_BUDGET = 8  # u64: region transitions allowed in each run
+CTX_STATUS = 16  # u64 (in: PENDING; out)
 CTX_DETAIL = 24  # u64 (out): trap code
-CTX_TRANSITIONS = 32  # u64 (out): regions run in this invocation
-CTX_SIZE = 40
-XDP_MD_DATA = 0  # struct xdp_md: the packet's start and end (u32 each, the verifier makes them pointers)
-XDP_MD_DATA_END = 4
+CTX_TRANSITIONS = 32  # u64 (out): regions run, all runs
+CTX_LEFT = 40  # u64: the budget left, handed from one program of a split object to the next in a tail call
+CTX_CHAINED = 48  # u64: 1 while CTX_LEFT holds that (the run continues), 0 at the start of a run
+CTX_SIZE = 56
+SKB_DATA = 76  # struct __sk_buff: the packet's start and end (u32 each, the verifier makes them pointers)
+SKB_DATA_END = 80
 
 
 def state(fp: int, region: int) -> int:

@@ -16,15 +16,15 @@ from capsule.wasm import ExternKind, FuncType, Instr, Op, ValType
 from . import abi, intrinsics
 from .abi import BPF_CALL_REGION, BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_RUNTIME
 from .code import Code, RegionKey
-from .dispatcher import leaf_name, phys_name
-from .emit import T0, T1, immediate
+from .dispatcher import leaf_name, match_tree, phys_name
+from .emit import T0, T1
 from .state import FunctionState, LoweredFunction, Lowering
-from .values import CALLER_SAVED, FRAME, Entry, Slot
+from .values import CALLER_SAVED, FRAME, Entry, Slot, load_frame, store_frame
 from .variables import global_addr
 
 
 def call_(fs: FunctionState, ins: Instr) -> None:
-    callee = immediate(ins, int)
+    callee = ins.imm_as(int)
     ft = fs.m.func_type(callee)
     if callee < fs.m.num_imported_funcs:
         imp = [x for x in fs.m.imports if x.kind == ExternKind.FUNC][callee]
@@ -43,7 +43,7 @@ def call_(fs: FunctionState, ins: Instr) -> None:
 
 
 def call_indirect(fs: FunctionState, ins: Instr) -> None:
-    type_index, table = immediate(ins, tuple)
+    type_index, table = ins.imm_pair()
     ft = fs.m.types[type_index]
     slot, idx = fs.stack.pop()
     indirect_target(fs, slot, idx, ft, table)
@@ -92,7 +92,7 @@ def write_args(fs: FunctionState, base: int, k: int) -> None:
     for j in range(k):
         slot = base + j
         r = fs.stack.read(slot, fs.stack[slot], T0)
-        fs.emit(fs.callee_frame(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r)))
+        fs.emit(fs.callee_frame(store_frame(abi.FRAME_LOCALS + abi.SLOT * j, r)))
 
 
 def take_results(fs: FunctionState, ft: FuncType) -> None:
@@ -100,9 +100,9 @@ def take_results(fs: FunctionState, ft: FuncType) -> None:
     for j, t in enumerate(ft.results):
         slot = fs.stack.push(Slot(t))
         dst = fs.stack.dst(slot)
-        fs.emit(fs.callee_frame(ldx(8, dst, FRAME, abi.FRAME_LOCALS + abi.SLOT * j)))
+        fs.emit(fs.callee_frame(load_frame(dst, abi.FRAME_LOCALS + abi.SLOT * j)))
         if fs.stack.home(slot) is None:
-            fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), dst))
+            fs.emit(store_frame(fs.stack.spill_off(slot), dst))
 
 
 def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, region_on_stack: int | None, *,
@@ -119,7 +119,7 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     fs.stack.materialize_below(base)
     fs.stack.spill_regs(base)
     cont = fs.new_region()
-    fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), frame_insn(stx(8, FRAME, abi.FRAME_CALLER, T0)))
+    fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), frame_insn(store_frame(abi.FRAME_CALLER, T0)))
     ins = st(4, FRAME, abi.FRAME_RETURN, 0)
     fs.code.region_ref(ins, cont)
     fs.emit(frame_insn(ins))
@@ -255,25 +255,10 @@ def return_stub(func: int, conts: list[tuple[int, str]]) -> Code:
     code = Code()
     out = f"f{func}.return.out"
     code.label(return_label(func))
-    _match(code, sorted(conts), out, f"f{func}.return")
+    match_tree(code, T0, sorted(conts), out, f"f{func}.return", linear=3)
     code.label(out)
     code.emit(alu(Alu.LSH, T1, 32), alu(Alu.OR, T0, T1), exit_())
     return code
-
-
-def _match(code: Code, cases: list[tuple[int, str]], default: str, stem: str) -> None:
-    """Jump to the label of the case equal to w(T0), else to ``default``: a balanced tree over sorted values."""
-    if len(cases) <= 3:
-        for value, label in cases:
-            code.emit(jmp(Jmp.JEQ, T0, value, label, w32=True))
-        code.emit(ja(default))
-        return
-    mid = len(cases) // 2
-    upper = code.fresh(f"{stem}.m")
-    code.emit(jmp(Jmp.JGE, T0, cases[mid][0], upper, w32=True))
-    _match(code, cases[:mid], default, stem)
-    code.label(upper)
-    _match(code, cases[mid:], default, stem)
 
 
 def leaf_call(fs: FunctionState, ft: FuncType, callee: int) -> None:
@@ -288,7 +273,7 @@ def leaf_call(fs: FunctionState, ft: FuncType, callee: int) -> None:
     # the header makes the leaf's frame part of the chain a backtrace walks (any region of ours names us)
     ins = st(4, FRAME, abi.FRAME_RETURN, 0)
     fs.code.region_ref(ins, fs.regions[0])
-    fs.emit(ldx(8, R1, FP, BPF_FP_SCALAR), frame_insn(stx(8, FRAME, abi.FRAME_CALLER, R1)),
+    fs.emit(ldx(8, R1, FP, BPF_FP_SCALAR), frame_insn(store_frame(abi.FRAME_CALLER, R1)),
             frame_insn(ins), frame_insn(st(4, FRAME, abi.FRAME_RETURN + 4, 0)))
     fs.emit(fs.frame_relative(alu(Alu.ADD, R1, 0), "imm"), ldx(8, R2, FP, BPF_FIBER_SCALAR),
             call(leaf_name(callee)))

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from capsule.bpf.asm import resolve
+from capsule.bpf.asm import Reg, alu, resolve_mapped
 from capsule.bpf.insn import Insn
+from capsule.bpf.opcodes import Alu, Class, Mode
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,27 @@ class Code:
             if i >= at + count:
                 self.labels[name] = i - count
 
+    def widen_offsets(self, base: Reg) -> None:
+        """Loads and stores at ``base`` whose offset does not fit 16 bits (a frame with thousands of locals or a
+        deep operand stack) become ``base += high; access at low; base -= high``: arena pointer arithmetic, so
+        no register but the base is touched. Labels keep pointing at the first instruction of each."""
+        if not any(_far_access(i, base) for i in self.insns):
+            return
+        out: list[Insn] = []
+        where: list[int] = []
+        for ins in self.insns:
+            where.append(len(out))
+            if _far_access(ins, base):
+                low = ((ins.off + (1 << 15)) % (1 << 16)) - (1 << 15)
+                high = ins.off - low
+                ins.off = low  # the same object: a region fixup may point at it
+                out += [alu(Alu.ADD, base, high), ins, alu(Alu.SUB, base, high)]
+            else:
+                out.append(ins)
+        where.append(len(out))
+        self.insns = out
+        self.labels = {name: where[i] for name, i in self.labels.items()}
+
     def __len__(self) -> int:
         return len(self.insns)
 
@@ -84,6 +106,26 @@ class Code:
         return sum(i.slots() for i in self.insns)
 
     def assemble(self, region_ids: dict[RegionKey, int]) -> list[Insn]:
+        """The resolved instructions (a far conditional jump becomes two or three); ``position`` then maps an
+        instruction index of this code to its index among them."""
         for insn, key in self.region_fixups:
             insn.imm = region_ids[key]
-        return resolve(self.insns, self.labels)
+        out, self._where = resolve_mapped(self.insns, self.labels)
+        return out
+
+    def position(self, index: int) -> int:
+        return self._where[index]
+
+
+def _far_access(ins: Insn, base: Reg) -> bool:
+    """A load or store addressed from ``base`` with an offset beyond 16 bits."""
+    cls = ins.code & 0x07
+    if ins.code & 0xE0 != Mode.MEM:
+        return False
+    if cls == Class.LDX:
+        reg = ins.src
+    elif cls in (Class.ST, Class.STX):
+        reg = ins.dst
+    else:
+        return False
+    return reg == base and not -(1 << 15) <= ins.off < (1 << 15)

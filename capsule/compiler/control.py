@@ -19,28 +19,28 @@ from . import abi
 from .abi import BPF_FIBER
 from .calls import leave_return
 from .code import Code, RegionKey
-from .emit import T0, T1, immediate
+from .emit import T0, T1
 from .state import Ctl, FunctionState, Lowering
-from .values import FRAME, Slot
+from .values import Slot, load_frame, store_frame
 
 JumpTo = Callable[[str], None]  # emits a conditional jump to a label
 
 
 def block(fs: FunctionState, ins: Instr) -> None:
-    params, results = fs.block_types(immediate(ins, BlockType))
+    params, results = fs.block_types(ins.imm_as(BlockType))
     fs.stack.materialize_all()
     lab = fs.fresh("b")
     fs.ctls.append(Ctl("block", lab, len(fs.stack) - len(params), params, results, ins.end))
 
 
 def loop(fs: FunctionState, ins: Instr) -> None:
-    params, results = fs.block_types(immediate(ins, BlockType))
+    params, results = fs.block_types(ins.imm_as(BlockType))
     fs.stack.materialize_all()
     head = fs.fresh("loop")
     region = fs.new_region()
     written = sorted({x.imm for x in fs.func.body[fs.pos + 1 : ins.end]
                       if x.op in (Op.LOCAL_SET, Op.LOCAL_TEE) and x.imm in fs.local_regs})
-    widen = tuple((n, fs.local_regs[n]) for n in written if isinstance(n, int))
+    widen = tuple((n, fs.local_regs[n]) for n in written)
     fs.ctls.append(Ctl("loop", head, len(fs.stack) - len(params), params, results, ins.end, region=region,
                        widen=widen))
     # Coming in, everything goes through the frame and back, exactly as at the region entry (reached from
@@ -59,7 +59,7 @@ def if_(fs: FunctionState, ins: Instr) -> None:
 
 def open_if(fs: FunctionState, ins: Instr, jump_if_false: JumpTo) -> None:
     """Open an ``if`` whose condition was popped; ``jump_if_false(label)`` emits the test."""
-    params, results = fs.block_types(immediate(ins, BlockType))
+    params, results = fs.block_types(ins.imm_as(BlockType))
     fs.stack.materialize_all()
     lab = fs.fresh("if")
     c = Ctl("if", lab, len(fs.stack) - len(params), params, results, ins.end, ins.else_)
@@ -130,7 +130,7 @@ def jump_to(fs: FunctionState, c: Ctl) -> None:
         # value loaded from the arena is one the verifier knows nothing about (fd_readdir's skip loop walked
         # 8,192 iterations without this).
         for n, r in c.widen:
-            fs.emit(stx(8, FRAME, fs.stack.local_off(n), r), ldx(8, r, FRAME, fs.stack.local_off(n)))
+            fs.emit(store_frame(fs.stack.local_off(n), r), load_frame(r, fs.stack.local_off(n)))
         jump_to_head(fs, c.label, c.region, c.base + len(c.params))
     else:
         c.targeted = True
@@ -165,7 +165,7 @@ def _suspend_stub(fs: FunctionState, label: str, height: int, region: RegionKey)
 
 
 def br(fs: FunctionState, ins: Instr) -> None:
-    branch(fs, fs.ctls[-1 - immediate(ins, int)])
+    branch(fs, fs.ctls[-1 - ins.imm_as(int)])
     fs.dead = True
 
 
@@ -179,7 +179,7 @@ def branch(fs: FunctionState, c: Ctl) -> None:
 
 
 def br_if(fs: FunctionState, ins: Instr) -> None:
-    c = fs.ctls[-1 - immediate(ins, int)]
+    c = fs.ctls[-1 - ins.imm_as(int)]
     slot, cond = fs.stack.pop()
     r = fs.stack.read(slot, cond, T0)
     branch_if(fs, c, lambda target: fs.emit(jmp(Jmp.JNE, r, 0, target, w32=True)),
@@ -205,7 +205,7 @@ def branch_if(fs: FunctionState, c: Ctl, jump_if_true: JumpTo, jump_if_false: Ju
 
 
 def br_table(fs: FunctionState, ins: Instr) -> None:
-    table = immediate(ins, BrTable)
+    table = ins.imm_as(BrTable)
     slot, idx = fs.stack.pop()
     r = fs.stack.read(slot, idx, T0)
     if r != T0:
@@ -260,7 +260,7 @@ def do_return(fs: FunctionState) -> None:
     for j in range(m):
         slot = h - m + j
         r = fs.stack.read(slot, fs.stack[slot], T0)
-        fs.emit(stx(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * j, r))
+        fs.emit(store_frame(abi.FRAME_LOCALS + abi.SLOT * j, r))
     if fs.leaf:  # back to the BPF caller: 0 means returned (anything else is a trap state)
         fs.emit(mov(T0, 0), exit_())
         return

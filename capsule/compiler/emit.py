@@ -1,5 +1,5 @@
 """What every instruction-selection module shares: the scratch registers, constants as immediates or in a
-register, and typed access to an instruction's immediate.
+register.
 
 Lowering code gets its operands from the operand stack (``stack``) and computes in their homes; T0 and T1 are
 its scratch registers. When both are taken (operands deep in the stack live in the frame), ``borrow`` lends
@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from capsule.bpf.asm import FP, R0, R8, Reg, ld_imm64, ldx, mov, stx
 from capsule.bpf.insn import Insn
 from capsule.ints import MASK32, MASK64, fits_signed, signed
-from capsule.wasm import Instr
 
 from .abi import BPF_BORROW
 from .values import STACK_REGS, Const, Entry, is64
@@ -23,20 +22,14 @@ from .values import STACK_REGS, Const, Entry, is64
 T0: Reg = R0  # scratch (and what a BPF call returns)
 T1: Reg = R8  # scratch
 
-_Imm = TypeVar("_Imm")
-
-
 class Emitter(Protocol):
     """Where instructions go: the code of the function being lowered."""
 
     def emit(self, *insns: Insn) -> None: ...
 
-
-def immediate(ins: Instr, kind: type[_Imm]) -> _Imm:
-    """``ins.imm`` as the type its opcode gives it (``int`` for indices, ``MemArg``, ``BlockType`` ...)."""
-    imm = ins.imm
-    assert isinstance(imm, kind), ins
-    return imm
+    def just_emitted(self, insn: Insn) -> bool:
+        """Whether ``insn`` is the last instruction and nothing can jump in after it."""
+        ...
 
 
 def imm_of(e: Entry, w32: bool) -> int | None:

@@ -10,7 +10,7 @@ whether the value is in range ("integer overflow"), then take the saturating con
 
 from __future__ import annotations
 
-from capsule.bpf.asm import R1, R2, R3, R4, R5, alu, call, jmp, ld_imm64, ldx, mov, stx
+from capsule.bpf.asm import R1, R2, R3, R4, R5, alu, call, jmp, ld_imm64, mov
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.guest.softfloat import TRAP_CHECKS, WASM_OPS
 from capsule.wasm import Op, ValType, op_name
@@ -18,7 +18,7 @@ from capsule.wasm import Op, ValType, op_name
 from . import abi
 from .emit import T0, T1, borrow
 from .state import FunctionState, Lowering
-from .values import CALLER_SAVED, FRAME, Slot
+from .values import CALLER_SAVED, Slot, load_frame, store_frame
 
 F32, F64, I32, I64 = ValType.F32, ValType.F64, ValType.I32, ValType.I64
 ARG_REGS = (R1, R2, R3, R4, R5)
@@ -36,8 +36,7 @@ def result_type(mnemonic: str) -> ValType:
 def sign_op(fs: FunctionState, op: int) -> None:
     w32 = op in (Op.F32_NEG, Op.F32_ABS, Op.F32_COPYSIGN)
     t = F32 if w32 else F64
-    if op in (Op.F32_COPYSIGN, Op.F64_COPYSIGN):
-        bs, b = fs.stack.pop()
+    sign = fs.stack.pop() if op in (Op.F32_COPYSIGN, Op.F64_COPYSIGN) else None
     slot, a = fs.stack.pop()
     fs.stack.push(a)
     dst = fs.stack.dst(slot)
@@ -53,6 +52,8 @@ def sign_op(fs: FunctionState, op: int) -> None:
             else:
                 fs.emit(alu(Alu.LSH, dst, 1), alu(Alu.RSH, dst, 1))
     else:  # copysign: a's magnitude, b's sign
+        assert sign is not None
+        bs, b = sign
         rb = fs.stack.read(bs, b, T1)
         with borrow(fs, {dst, rb}) as tmp:
             fs.emit(mov(tmp, rb))
@@ -75,17 +76,17 @@ def library_call(fs: FunctionState, fn: str, nargs: int, rtype: ValType, *, keep
         slot = base + j
         r = fs.stack.home(slot)
         if r is not None:
-            fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), r))
+            fs.emit(store_frame(fs.stack.spill_off(slot), r))
     fs.stack.spill_regs(base, only=CALLER_SAVED)
     for j in range(nargs):
-        fs.emit(ldx(8, ARG_REGS[j], FRAME, fs.stack.spill_off(base + j)))
+        fs.emit(load_frame(ARG_REGS[j], fs.stack.spill_off(base + j)))
     fs.info.library_used.add(fn)
     fs.emit(call(LIB_PREFIX + fn))
     fs.stack.reload_regs(base, only=CALLER_SAVED)
     if keep_args:
         fs.stack.reload_regs(h, only=CALLER_SAVED)  # the arguments' registers too (they stay on the stack)
         fs.stack.reserve(h + 1)
-        fs.emit(stx(8, FRAME, fs.stack.spill_off(h), T0))  # the result waits in the first free slot
+        fs.emit(store_frame(fs.stack.spill_off(h), T0))  # the result waits in the first free slot
         return
     fs.stack.truncate(base)
     slot = fs.stack.push(Slot(rtype))
@@ -110,7 +111,7 @@ def trapping_conversion(fs: FunctionState, name: str, value_fn: str, check_fn: s
         fs.emit(alu(Alu.AND, T1, 0x7FFF_FFFF, w32=True),
                 jmp(Jmp.JGT, T1, 0x7F80_0000, fs.trap_label(abi.Trap.BAD_CONVERSION), w32=True))
     library_call(fs, check_fn, 1, I32, keep_args=True)
-    fs.emit(ldx(8, T0, FRAME, fs.stack.spill_off(len(fs.stack))),
+    fs.emit(load_frame(T0, fs.stack.spill_off(len(fs.stack))),
             jmp(Jmp.JEQ, T0, 0, fs.trap_label(abi.Trap.INT_OVERFLOW)))
     library_call(fs, value_fn, 1, result_type(name))
 

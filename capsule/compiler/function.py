@@ -10,7 +10,7 @@ is patched into the instructions that need it.
 
 from __future__ import annotations
 
-from capsule.bpf.asm import FP, R1, R2, alu, jmp, ldx, mov, st
+from capsule.bpf.asm import FP, R1, R2, AsmError, alu, jmp, ldx, mov, st
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import Instr, Op, op_name
 
@@ -20,7 +20,7 @@ from .calls import direct_callee_entry
 from .dispatcher import frame_setup, leaf_name
 from .emit import T0, T1
 from .state import Ctl, FunctionState, LoweredFunction, Lowering, ModuleInfo
-from .values import FRAME, FrameLayout
+from .values import FRAME, FrameLayout, load_frame, store_frame_imm
 
 
 def _merge(*tables: dict[int, Lowering]) -> dict[int, Lowering]:
@@ -56,7 +56,10 @@ def compile_function(info: ModuleInfo, index: int, *, leaf: bool = False) -> Low
         if fs.dead and ins.op not in (Op.ELSE, Op.END):
             fs.pos = control.skip_dead(fs, fs.pos)
             continue
-        LOWERINGS.get(ins.op, _unsupported)(fs, ins)
+        try:
+            LOWERINGS.get(ins.op, _unsupported)(fs, ins)
+        except AsmError as e:  # a limit of BPF's encoding this function reaches (the build names the function)
+            raise fs.unsupported(f"{op_name(ins.op)}: {e}") from None
         fs.pos += 1
     for label, stub in fs.pending_stubs:
         fs.code.label(label)
@@ -65,6 +68,7 @@ def compile_function(info: ModuleInfo, index: int, *, leaf: bool = False) -> Low
     frame = FrameLayout(len(fs.func.locals), fs.stack.max_height)
     for insn, fld, sign in fs.frame_fixups:
         setattr(insn, fld, getattr(insn, fld) + sign * frame.size)
+    fs.code.widen_offsets(FRAME)
     return LoweredFunction(fs.index, fs.code, fs.regions, frame, fs.direct_calls)
 
 
@@ -81,10 +85,10 @@ def _prologue(fs: FunctionState) -> None:
     fs.emit(fs.frame_relative(limit, "imm", -1))
     for i in range(fs.func.num_params, len(fs.func.locals)):
         if i not in fs.local_regs:
-            fs.emit(st(8, FRAME, abi.FRAME_LOCALS + abi.SLOT * i, 0))
+            fs.emit(store_frame_imm(abi.FRAME_LOCALS + abi.SLOT * i, 0))
     for n, r in fs.local_regs.items():
         if n < fs.func.num_params:
-            fs.emit(ldx(8, r, FRAME, abi.FRAME_LOCALS + abi.SLOT * n))
+            fs.emit(load_frame(r, abi.FRAME_LOCALS + abi.SLOT * n))
         else:
             fs.emit(mov(r, 0))
 

@@ -16,7 +16,7 @@ from capsule.wasm import Instr, Op, ValType
 
 from . import abi
 from .control import branch_if, open_if
-from .emit import T0, T1, borrow, imm_of, immediate
+from .emit import T0, T1, borrow, imm_of
 from .state import FunctionState, Lowering
 from .values import Const, Local, Slot
 
@@ -69,7 +69,7 @@ _ROTATE = {Op.I32_ROTL: (True, True), Op.I32_ROTR: (False, True), Op.I64_ROTL: (
 
 def const(fs: FunctionState, ins: Instr) -> None:
     """A constant stays a ``Const`` (raw bits) until it is needed: often it becomes an immediate."""
-    v = immediate(ins, int)
+    v = ins.imm_as(int)
     if ins.op == Op.I32_CONST:
         fs.stack.push(Const(I32, v & MASK32))
     elif ins.op == Op.I64_CONST:
@@ -119,7 +119,7 @@ def compare(fs: FunctionState, op: Jmp, w32: bool) -> None:
 
     if nxt is not None and nxt.op == Op.BR_IF and not fs.dead:
         fs.pos = i + 1
-        c = fs.ctls[-1 - immediate(nxt, int)]
+        c = fs.ctls[-1 - nxt.imm_as(int)]
         branch_if(fs, c, lambda target: test(op, target), lambda target: test(_INVERSE[op], target))
         return
     if nxt is not None and nxt.op == Op.IF:

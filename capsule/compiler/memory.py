@@ -34,9 +34,9 @@ from capsule.wasm import MemArg, Op, ValType
 from . import abi
 from .abi import BPF_FIBER, BPF_MEM_BYTES, BPF_RUNTIME, BPF_TEMP, BPF_TEMP2
 from .control import jump_to_head
-from .emit import T0, T1, imm_of, immediate
+from .emit import T0, T1, imm_of
 from .state import FunctionState, Lowering
-from .values import FRAME, Slot
+from .values import Slot, load_frame, store_frame
 
 I32, I64, F32, F64 = ValType.I32, ValType.I64, ValType.F32, ValType.F64
 
@@ -117,14 +117,14 @@ def store(fs: FunctionState, memarg: MemArg, size: int) -> None:
         fs.emit(ldx(8, T1, R10, BPF_TEMP))
         ra = T1
         if fs.opt.checked:  # T1 is needed for the limit: park the address in the value's spill slot
-            fs.emit(stx(8, FRAME, fs.stack.spill_off(as_), T1))
+            fs.emit(store_frame(fs.stack.spill_off(as_), T1))
     if fs.opt.checked and ra == T1:
-        fs.emit(ldx(8, T0, FRAME, fs.stack.spill_off(as_)), alu(Alu.ADD, T0, memarg.offset + size)
+        fs.emit(load_frame(T0, fs.stack.spill_off(as_)), alu(Alu.ADD, T0, memarg.offset + size)
                 if fits_signed(memarg.offset + size, 32) else ld_imm64(T0, memarg.offset + size))
         if not fits_signed(memarg.offset + size, 32):
             fs.emit(alu(Alu.ADD, T0, T1))
         fs.emit(ldx(8, T1, R10, BPF_MEM_BYTES), jmp(Jmp.JGT, T0, T1, fs.trap_label(abi.Trap.OUT_OF_BOUNDS)))
-        fs.emit(ldx(8, T1, FRAME, fs.stack.spill_off(as_)))
+        fs.emit(load_frame(T1, fs.stack.spill_off(as_)))
         check = False  # done above
     else:
         check = fs.opt.checked
@@ -267,8 +267,8 @@ def _bulk_step(fs: FunctionState, fill: bool, width: int, slots: tuple[int, int,
         if r is not None:
             fs.emit(alu(Alu.ADD, r, delta, w32=True))
         else:
-            fs.emit(ldx(8, T0, FRAME, fs.stack.spill_off(k)), alu(Alu.ADD, T0, delta, w32=True),
-                    stx(8, FRAME, fs.stack.spill_off(k), T0))
+            fs.emit(load_frame(T0, fs.stack.spill_off(k)), alu(Alu.ADD, T0, delta, w32=True),
+                    store_frame(fs.stack.spill_off(k), T0))
 
 
 def memory_size(fs: FunctionState) -> None:
@@ -280,10 +280,10 @@ def memory_size(fs: FunctionState) -> None:
 
 def _lowerings() -> dict[int, Lowering]:
     def load_of(size: int, sign_extend: bool, t: ValType) -> Lowering:
-        return lambda fs, ins: load(fs, immediate(ins, MemArg), size, sign_extend, t)
+        return lambda fs, ins: load(fs, ins.imm_as(MemArg), size, sign_extend, t)
 
     def store_of(size: int) -> Lowering:
-        return lambda fs, ins: store(fs, immediate(ins, MemArg), size)
+        return lambda fs, ins: store(fs, ins.imm_as(MemArg), size)
 
     table: dict[int, Lowering] = {op: load_of(*args) for op, args in _LOADS.items()}
     table.update({op: store_of(size) for op, size in _STORES.items()})

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from capsule.wasm import ExternKind, Op, ValType
 
@@ -122,6 +122,16 @@ class Export:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One BPF program of an object split across several (``abi.program_name(k)``): the physical functions it
+    owns beyond the ``shared`` ones every part holds (a state in one of them is handed to it), and where its
+    code's wasm functions start (for naming the function a verifier rejection is in)."""
+
+    own: tuple[int, int]  # [first, end) physical function
+    code_ranges: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class Meta:
     options: BuildOptions
     types: tuple[Signature, ...]
@@ -139,6 +149,13 @@ class Meta:
     regions: Mapping[int, int]  # region id -> the function it belongs to (for backtraces)
     frame_sizes: Mapping[int, int]  # function -> bytes of its software-stack frame
     code_ranges: tuple[tuple[int, int], ...] = ()  # (first BPF slot of its code, function), ascending
+    # a split object: its programs (empty: one, ``abi.ENTRY_PROGRAM``, whose code_ranges are above)
+    parts: tuple[Part, ...] = ()
+    shared: int = 0  # physical functions every part holds
+
+    def part_of(self, phys: int) -> int:
+        """The program a state in physical function ``phys`` is best started in."""
+        return next((k for k, p in enumerate(self.parts) if p.own[0] <= phys < p.own[1]), 0)
 
     def to_json(self) -> bytes:
         """The section's bytes (key order and separators are part of the format)."""
@@ -163,6 +180,9 @@ class Meta:
             "frame_sizes": {str(f): n for f, n in self.frame_sizes.items()},
             "code_ranges": [[s, f] for s, f in self.code_ranges],
         }
+        if self.parts:
+            d["parts"] = {"shared": self.shared, "programs": [
+                {"own": list(p.own), "code_ranges": [[s, f] for s, f in p.code_ranges]} for p in self.parts]}
         return json.dumps(d, separators=(",", ":")).encode()
 
 
@@ -197,7 +217,7 @@ def _elem_json(e: ElemSegment) -> dict[str, object]:
 _KEYS = ("version", "options", "types", "funcs", "imported_funcs", "imports", "globals", "stack_pointer_global",
          "memory", "tables", "data", "elems", "exports", "start", "regions", "frame_sizes")
 # added within version 1: an object built before still loads (its verifier rejections just name no function)
-_LATER_KEYS = ("code_ranges",)
+_LATER_KEYS = ("code_ranges", "parts")
 
 
 def from_json(raw: bytes, *, data_size: int | None = None) -> Meta:
@@ -250,7 +270,35 @@ def from_json(raw: bytes, *, data_size: int | None = None) -> Meta:
         regions=regions,
         frame_sizes=_int_map(d["frame_sizes"], "frame_sizes", lambda n, p: _int(n, p), key_below=nfuncs),
         code_ranges=_code_ranges(d.get("code_ranges", []), nfuncs),
+        **_parts(d.get("parts"), nfuncs, regions),
     )
+
+
+def _parts(v: object, nfuncs: int, regions: Mapping[int, int]) -> dict[str, Any]:
+    """The programs of a split object: their ranges must follow one another from ``shared`` on and cover every
+    physical function a region id names."""
+    if v is None:
+        return {}
+    d = _keys(v, "parts", ("shared", "programs"))
+    shared = _int(d["shared"], "parts.shared", hi=abi.MAX_PHYS)
+    parts = []
+    at = shared
+    for k, item in enumerate(_list(d["programs"], "parts.programs")):
+        path = f"parts.programs[{k}]"
+        p = _keys(item, path, ("own", "code_ranges"))
+        own = _list(p["own"], f"{path}.own")
+        if len(own) != 2:
+            _fail(f"{path}.own", "expected [first, end]")
+        lo = _int(own[0], f"{path}.own[0]", lo=at, hi=at)
+        hi = _int(own[1], f"{path}.own[1]", lo=lo, hi=abi.MAX_PHYS + 1)
+        parts.append(Part((lo, hi), _code_ranges(p["code_ranges"], nfuncs)))
+        at = hi
+    if not 1 <= len(parts) <= abi.MAX_PROGRAMS:
+        _fail("parts.programs", f"{len(parts)} programs (1 to {abi.MAX_PROGRAMS})")
+    beyond = sorted({r & abi.MAX_PHYS for r in regions if r & abi.MAX_PHYS >= at})
+    if beyond:
+        _fail("parts", f"physical function {beyond[0]} is in no program")
+    return {"parts": tuple(parts), "shared": shared}
 
 
 def _options(v: object) -> BuildOptions:

@@ -21,6 +21,9 @@ class Options:
     phys_target: int = 6000
     #: replace calls to small call-free functions by their bodies (``inline``)
     inline: bool = True
+    #: estimated instructions one BPF program may hold before the object is split into several joined by tail
+    #: calls (each program gets its own verifier budget of 1M processed instructions, about 2 per instruction)
+    program_budget: int = 350_000
 
     def __post_init__(self) -> None:
         if self.stack_size & (self.stack_size - 1) or not (1 << 16) <= self.stack_size <= 64 << 20:

@@ -30,13 +30,25 @@ LEAF_STUB_SIZE = 12  # a leaf's entry region in a physical function: a call and 
 
 @dataclass(frozen=True)
 class Plan:
-    """Function index -> physical function, for every defined function (leaves: their entry stub), and the
-    pairs (p, q) of physical functions where p may call q as a BPF function (``nested``)."""
+    """Function index -> physical function, for every defined function (leaves: their entry stub); the pairs
+    (p, q) of physical functions where p may call q as a BPF function (``nested``); and which BPF program
+    holds which physical functions."""
 
     phys_of: dict[int, int]
     nphys: int
     leaves: frozenset[int]
     calls: frozenset[tuple[int, int]] = frozenset()
+    # programs: physical functions [0, shared) are in every program, then each its own range
+    shared: int = 0
+    programs: tuple[range, ...] = ()
+
+    def local(self, k: int) -> list[int]:
+        """The physical functions program ``k`` holds."""
+        return [*range(self.shared), *self.programs[k]]
+
+    def owner(self, p: int) -> int:
+        """The program a state in physical function ``p`` is handed to (a shared one: the first)."""
+        return next((k for k, r in enumerate(self.programs) if p in r), 0)
 
     def nested(self, caller: int, callee: int) -> bool:
         """Whether a call from ``caller`` may call the callee's physical function as a BPF function, which runs
@@ -150,10 +162,16 @@ def bands(m: Module, leaves: frozenset[int], top: int) -> dict[int, int]:
     return {f: min(height[comp[f]], top) for f in funcs}
 
 
-def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest: int = 0) -> Plan:
+SHARED_SHARE = 0.3  # of a program's budget, what the physical functions every program gets a copy of may take
+
+
+def plan(m: Module, leaves: frozenset[int], target: int, per_program: int, max_nest: int = 0,
+         program_budget: int = 1 << 62) -> Plan:
     """Physical functions band by band (``bands``), each band's functions clustered along their heaviest
     calls and packed to the target size; a call to a lower band may be a BPF call (at most ``max_nest``
-    deep, as the bands are), a call inside one physical function a jump."""
+    deep, as the bands are), a call inside one physical function a jump. When they hold more than
+    ``program_budget`` instructions or ``per_program`` physical functions, they are split into programs
+    (``programs``)."""
     n = m.num_imported_funcs
     funcs = list(range(n, n + len(m.funcs)))
     size = {f: estimate(m, f, leaves) for f in funcs}
@@ -178,17 +196,13 @@ def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest
     clusters: dict[int, list[int]] = {}
     for f in funcs:
         clusters.setdefault(root(f), []).append(f)
-    total = sum(size.values()) or 1
-    budget = max(1, min(max_phys, abi.MAX_PHYS))
     phys_of: dict[int, int] = {}
     phys_band: list[int] = []
-    levels = sorted({band[r] for r in clusters})
-    for k, b in enumerate(levels):
+    phys_size: list[int] = []
+    for b in sorted({band[r] for r in clusters}):
         mine = sorted((r for r in clusters if band[r] == b), key=lambda r: (-weight[r], r))
         share = sum(weight[r] for r in mine)
-        # physical functions for this band: its share of the target-sized ones, leaving one for each band after
-        room = budget - len(phys_band) - (len(levels) - k - 1)
-        count = max(1, min(room, math.ceil(share / target), len(mine), math.ceil(budget * share / total)))
+        count = max(1, min(math.ceil(share / target), len(mine)))
         base = len(phys_band)
         fill = [0] * count
         for r in mine:
@@ -197,9 +211,91 @@ def plan(m: Module, leaves: frozenset[int], target: int, max_phys: int, max_nest
                 phys_of[f] = base + p
             fill[p] += weight[r]
         phys_band += [b] * count
-    calls = frozenset((p, q) for p in range(len(phys_band)) for q in range(len(phys_band))
-                      if phys_band[p] > phys_band[q] and max_nest > 0)
-    return Plan(phys_of, len(phys_band), leaves, calls)
+        phys_size += fill
+    if len(phys_band) > abi.MAX_PHYS:
+        raise ValueError(f"{len(phys_band)} physical functions, more than the {abi.MAX_PHYS} region ids can name")
+    between: dict[tuple[int, int], int] = {}
+    for (a, b), w in call_weights(m).items():
+        if b not in leaves and phys_of[a] != phys_of[b]:
+            key = (min(phys_of[a], phys_of[b]), max(phys_of[a], phys_of[b]))
+            between[key] = between.get(key, 0) + w
+    order, shared, programs = programs_of(phys_size, between, program_budget, per_program)
+    if order != list(range(len(order))):  # renumber so that each program's own physical functions follow
+        new = {old: k for k, old in enumerate(order)}
+        phys_of = {f: new[p] for f, p in phys_of.items()}
+        phys_band = [phys_band[old] for old in order]
+    calls = frozenset(
+        (p, q) for p in range(len(phys_band)) for q in range(len(phys_band))
+        if phys_band[p] > phys_band[q] and max_nest > 0 and _together(p, q, shared, programs))
+    return Plan(phys_of, len(phys_band), leaves, calls, shared, programs)
+
+
+def programs_of(sizes: list[int], calls: dict[tuple[int, int], int], budget: int,
+                per_program: int) -> tuple[list[int], int, tuple[range, ...]]:
+    """Split physical functions (in band order, lowest first) into programs: ``shared``, the first ones, which
+    every program holds a copy of (the small functions everything calls, so that calling them never leaves a
+    program), and then each program's own physical functions, grouped along their heaviest ``calls`` (a
+    call between two programs is a tail call and, its return, another), within ``budget`` instructions and
+    ``per_program`` physical functions each. Returns the new order of the physical functions (each program's
+    own ones contiguous), ``shared``, and each program's range in that order."""
+    n = len(sizes)
+    identity = list(range(n))
+    if sum(sizes) <= budget and n <= per_program:
+        return identity, 0, (range(0, n),)
+    shared = 0
+    used = 0
+    while shared < n and used + sizes[shared] <= budget * SHARED_SHARE and shared < per_program // 3:
+        used += sizes[shared]
+        shared += 1
+    room, slots = max(1, budget - used), max(1, per_program - shared)
+    parent = {p: p for p in range(shared, n)}
+    weight = {p: sizes[p] for p in parent}
+    count = dict.fromkeys(parent, 1)
+
+    def root(p: int) -> int:
+        while parent[p] != p:
+            parent[p] = parent[parent[p]]
+            p = parent[p]
+        return p
+
+    for (a, b), _ in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):
+        if a < shared or b < shared:
+            continue
+        ra, rb = root(a), root(b)
+        if ra != rb and weight[ra] + weight[rb] <= room and count[ra] + count[rb] <= slots:
+            parent[rb] = ra
+            weight[ra] += weight[rb]
+            count[ra] += count[rb]
+    groups: dict[int, list[int]] = {}
+    for p in range(shared, n):
+        groups.setdefault(root(p), []).append(p)
+    bins: list[list[int]] = []
+    fill: list[int] = []
+    for r in sorted(groups, key=lambda r: (-weight[r], r)):  # first fit, largest first
+        k = next((k for k in range(len(bins)) if fill[k] + weight[r] <= room
+                  and len(bins[k]) + len(groups[r]) <= slots), None)
+        if k is None:
+            bins.append([])
+            fill.append(0)
+            k = len(bins) - 1
+        bins[k] += groups[r]
+        fill[k] += weight[r]
+    if len(bins) > abi.MAX_PROGRAMS:
+        raise ValueError(f"the program needs {len(bins)} BPF programs, more than {abi.MAX_PROGRAMS}")
+    order = identity[:shared]
+    programs: list[range] = []
+    for members in bins:
+        programs.append(range(len(order), len(order) + len(members)))
+        order += sorted(members)
+    return order, shared, tuple(programs)
+
+
+def _together(p: int, q: int, shared: int, programs: tuple[range, ...]) -> bool:
+    """Whether every program holding physical function ``p`` also holds ``q`` (a BPF call needs its callee in
+    the caller's own program)."""
+    if q < shared:
+        return True
+    return p >= shared and any(p in r and q in r for r in programs)
 
 
 def region_ids(phys: Sequence[Sequence[Sequence[RegionKey]]]) -> dict[RegionKey, int]:

@@ -9,8 +9,9 @@ physical function, shifted left by 8, or'ed with the physical function's number.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from capsule.bpf.asm import AsmError
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
@@ -21,12 +22,12 @@ from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, U
 from . import abi, meta, packing
 from .calls import DIRECT_ENTRY_INSNS, direct_entry, leaf_stub, return_label, return_stub
 from .code import Code, RegionKey
-from .dispatcher import BOUNDED_FUNCS, entry_program, leaf_name, phys_name, phys_prologue
+from .dispatcher import BOUNDED_FUNCS, Layout, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
 from .function import compile_function
 from .inline import inline_small_functions
 from .options import Options
-from .state import LoweredFunction, ModuleInfo
+from .state import CompileError, LoweredFunction, ModuleInfo
 
 
 def compile_module(module: Module, options: Options | None = None) -> ObjectSpec:
@@ -50,15 +51,18 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     if not opt.checked:
         info.memory_mask = abi.fast_mask(max_memory_pages(module, opt) * abi.WASM_PAGE)
     info.leaves = choose_leaves(module)
-    max_phys = MAX_SUBPROGRAMS - 1 - len(BOUNDED_FUNCS) - len(info.leaves) - len(library_needed(module))
-    plan = info.plan = packing.plan(module, info.leaves, opt.phys_target, max_phys,
-                                    MAX_NEST if opt.may_goto else MAX_NEST_BOUNDED)
+    per_program = MAX_SUBPROGRAMS - 1 - len(BOUNDED_FUNCS) - len(info.leaves) - len(library_needed(module))
+    try:
+        plan = info.plan = packing.plan(module, info.leaves, opt.phys_target, per_program,
+                                        MAX_NEST if opt.may_goto else MAX_NEST_BOUNDED, opt.program_budget)
+    except ValueError as e:
+        raise UnsupportedError(str(e)) from None
     sites = packing.call_sites(module)
     info.direct_callees = frozenset(b for a, b in sites if info.direct(a, b))
     info.direct_returners = direct_returners(sites, info)
     defined = range(module.num_imported_funcs, module.num_imported_funcs + len(module.funcs))
     lowered = [compile_function(info, index, leaf=index in info.leaves) for index in defined]
-    _drop_unused_direct_entries(lowered)
+    returning = _drop_unused_direct_entries(lowered)
     leaf_code = [f for f in lowered if f.index in info.leaves]
     # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it
     regional = [leaf_stub(f) if f.index in info.leaves else f for f in lowered]
@@ -67,59 +71,146 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         phys[plan.phys_of[f.index]].append(f)
     region_ids = packing.region_ids([[f.regions for f in funcs] for funcs in phys])
 
-    total = Code()
-    total.append(entry_program(len(phys), opt.fibers, opt.may_goto))
-    starts = [phys_name(p) for p in range(len(phys))]
-    func_starts: list[tuple[int, int]] = []  # (instruction index, wasm function), for verifier diagnostics
-    for p, funcs in enumerate(phys):
-        pc = Code()
-        labels = [k.label for f in funcs for k in f.regions]
-        phys_prologue(pc, p, labels)
-        for f in funcs:
-            func_starts.append((len(total) + len(pc), f.index))
-            pc.append(f.code)
-        for f in funcs:
-            if _returns_directly(f):
-                conts = [(region_ids[cont], direct_entry(cont)) for g in funcs for callee, cont in g.direct_calls
-                         if callee == f.index]
-                pc.append(return_stub(f.index, conts))
-        total.append(pc)
-    for f in leaf_code:
-        func_starts.append((len(total), f.index))
-        starts.append(leaf_name(f.index))
-        total.append(f.code)
-    for name, code in _library_functions(info.library_used).items():
-        starts.append(LIB_PREFIX + name)
-        total.append(code)
-    insns = total.assemble(region_ids)
-
+    phys_code = [_physical_function(p, funcs, region_ids, returning) for p, funcs in enumerate(phys)]
+    leaf_codes = {leaf_name(f.index): f for f in leaf_code}
+    library = _library_functions(info.library_used)
+    nparts = len(plan.programs)
+    split = nparts > 1
     btf = BTF()
-    u64 = btf.int_id(8)
-    i32 = btf.int_id(4, signed=True)
-    main_proto = btf.add_func_proto(i32, [("ctx", btf.add_ptr(0))])
-    phys_proto = btf.add_func_proto(u64, [("state", u64), ("fiber", u64)])
-    slots = slot_offsets(insns)
-    func_infos = [FuncInfo(0, btf.add_func(abi.ENTRY_PROGRAM, main_proto))]
-    if not opt.may_goto:
-        starts = [*BOUNDED_FUNCS, *starts]
-    for name in starts:
-        if name.startswith(LIB_PREFIX):
-            type_id = add_to_btf(btf, library()[name.removeprefix(LIB_PREFIX)])
-        else:
-            type_id = btf.add_func(name, phys_proto)
-        func_infos.append(FuncInfo(slots[total.labels[name]], type_id))
-
-    description, data = describe(module, opt, types, lowered, region_ids, info,
-                                 [(slots[i], f) for i, f in func_starts])
-    window = MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE, flags=MapFlags.MMAPABLE)
-    prog = ProgramSpec(abi.ENTRY_PROGRAM, "xdp", ProgType.XDP, insns, func_infos=func_infos)
+    protos = _Protos(btf)
+    programs: dict[str, ProgramSpec] = {}
+    ranges: list[list[tuple[int, int]]] = []
+    for k in range(nparts):
+        owners = [(r, j) for j, r in enumerate(plan.programs) if j != k] if split else []
+        layout = Layout(k, plan.local(k), owners)
+        ps, code_ranges = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module)
+        programs[ps.name] = ps
+        ranges.append(code_ranges)
+    description, data = describe(module, opt, types, lowered, region_ids, info, ranges[0])
+    if split:
+        description = replace(description, shared=plan.shared, parts=tuple(
+            meta.Part((r.start, r.stop), tuple(c)) for r, c in zip(plan.programs, ranges, strict=True)))
+    maps = {abi.WINDOW_MAP: MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE,
+                                    flags=MapFlags.MMAPABLE)}
+    if split:
+        maps[abi.PROGRAMS_MAP] = MapSpec(abi.PROGRAMS_MAP, MapType.PROG_ARRAY, 4, 4, nparts)
     return ObjectSpec(
-        programs={abi.ENTRY_PROGRAM: prog},
-        maps={abi.WINDOW_MAP: window},
+        programs=programs,
+        maps=maps,
         btf=btf,
         license="GPL",
         extra_sections={abi.META_SECTION: description.to_json(), abi.DATA_SECTION: data},
     )
+
+
+@dataclass
+class _PhysCode:
+    """A physical function's code, and where its wasm functions start in it (index, function)."""
+
+    code: Code
+    starts: list[tuple[int, int]]
+
+
+def _physical_function(p: int, funcs: list[LoweredFunction], region_ids: dict[RegionKey, int],
+                       returning: set[int]) -> _PhysCode:
+    pc = Code()
+    labels = [k.label for f in funcs for k in f.regions]
+    phys_prologue(pc, p, labels)
+    starts = []
+    for f in funcs:
+        starts.append((len(pc), f.index))
+        pc.append(f.code)
+    for f in funcs:
+        if f.index in returning:
+            conts = [(region_ids[cont], direct_entry(cont)) for g in funcs for callee, cont in g.direct_calls
+                     if callee == f.index]
+            pc.append(return_stub(f.index, conts))
+    return _PhysCode(pc, starts)
+
+
+class _Protos:
+    """The object's BTF function types: one per function name, shared by the programs that hold a copy."""
+
+    def __init__(self, btf: BTF) -> None:
+        self.btf = btf
+        u64 = btf.int_id(8)
+        i32 = btf.int_id(4, signed=True)
+        self.main = btf.add_func_proto(i32, [("ctx", btf.add_ptr(0))])
+        self.phys = btf.add_func_proto(u64, [("state", u64), ("fiber", u64)])
+        self.ids: dict[str, int] = {}
+
+    def func(self, name: str, *, main: bool = False) -> int:
+        if name not in self.ids:
+            if name.startswith(LIB_PREFIX):
+                self.ids[name] = add_to_btf(self.btf, library()[name.removeprefix(LIB_PREFIX)])
+            else:
+                self.ids[name] = self.btf.add_func(name, self.main if main else self.phys)
+        return self.ids[name]
+
+
+def _program(layout: Layout, phys: list[_PhysCode], leaves: dict[str, LoweredFunction], library: dict[str, Code],
+             region_ids: dict[RegionKey, int], opt: Options, protos: _Protos,
+             module: Module) -> tuple[ProgramSpec, list[tuple[int, int]]]:
+    """Program ``layout.k``: its entry and dispatcher, its physical functions, and the leaves and soft-float
+    functions their code calls; with (first slot, wasm function) of every function's code in it."""
+    total = Code()
+    total.append(entry_program(layout, opt.fibers, opt.may_goto))
+    starts = [phys_name(p) for p in layout.local]
+    func_starts: list[tuple[int, int]] = []  # (instruction index, wasm function), for verifier diagnostics
+    for p in layout.local:
+        base = len(total)
+        func_starts += [(base + at, f) for at, f in phys[p].starts]
+        total.append(phys[p].code)
+    for name in _called(total, leaves, library):
+        starts.append(name)
+        if name in leaves:
+            func_starts.append((len(total), leaves[name].index))
+            total.append(leaves[name].code)
+        else:
+            total.append(library[name.removeprefix(LIB_PREFIX)])
+    try:
+        insns = total.assemble(region_ids)
+    except AsmError as e:
+        raise _in_function(e, func_starts, module) from None
+    slots = slot_offsets(insns)
+    name = abi.program_name(layout.k)
+    if slots[-1] + insns[-1].slots() > MAX_PROGRAM_INSNS:
+        # the physical functions are as small as the plan makes them: what is left is one function's code
+        sizes = sorted(((b - a, f) for (a, f), (b, _) in zip(func_starts, func_starts[1:] + [(len(total), -1)],
+                                                              strict=True)), reverse=True)
+        big = sizes[0][1] if sizes else None
+        fname = (module.func_name(big) or f"func{big}") if big is not None else "the dispatcher"
+        raise CompileError(f"{slots[-1] + insns[-1].slots():,} BPF instructions in one program, more than the "
+                           f"kernel's {MAX_PROGRAM_INSNS:,}: function {fname} alone is {sizes[0][0]:,}",
+                           func=big, func_name=fname)
+    func_infos = [FuncInfo(0, protos.func(name, main=True))]
+    if not opt.may_goto:
+        starts = [*BOUNDED_FUNCS, *starts]
+    for fn in starts:
+        func_infos.append(FuncInfo(slots[total.position(total.labels[fn])], protos.func(fn)))
+    ps = ProgramSpec(name, "tc", ProgType.SCHED_CLS, insns, func_infos=func_infos)
+    return ps, [(slots[total.position(i)], f) for i, f in func_starts]
+
+
+def _called(code: Code, leaves: dict[str, LoweredFunction], library: dict[str, Code]) -> list[str]:
+    """The leaves and soft-float functions ``code`` calls, and those they call, in a stable order."""
+    want: list[str] = []
+    seen: set[str] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        for ins in c.insns:
+            ref = ins.ref
+            if ref is None or ref in seen or not ins.is_call:
+                continue
+            if ref in leaves:
+                seen.add(ref)
+                want.append(ref)
+                todo.append(leaves[ref].code)
+            elif ref.startswith(LIB_PREFIX) and ref.removeprefix(LIB_PREFIX) in library:
+                seen.add(ref)
+                want.append(ref)
+    return sorted(want, key=lambda n: (n.startswith(LIB_PREFIX), n))
 
 
 def direct_returners(sites: dict[tuple[int, int], int], info: ModuleInfo) -> frozenset[int]:
@@ -135,13 +226,24 @@ def direct_returners(sites: dict[tuple[int, int], int], info: ModuleInfo) -> fro
     return frozenset(b for b in info.direct_callees if outside.get(b, 0) <= 1)
 
 
+def _in_function(e: AsmError, starts: list[tuple[int, int]], m: Module) -> CompileError:
+    """The assembler's error, naming the wasm function whose code holds the instruction."""
+    func = None
+    for at, f in starts:
+        if e.index is not None and at <= e.index:
+            func = f
+    name = (m.func_name(func) or f"func{func}") if func is not None else "the dispatcher"
+    return CompileError(f"{e}", func=func, func_name=name)
+
+
 def _returns_directly(f: LoweredFunction) -> bool:
     return any(ins.ref == return_label(f.index) for ins in f.code.insns)
 
 
-def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> None:
+def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> set[int]:
     """A callee that never returns (it loops forever, traps, exits) has no return stub to jump back to its
-    direct callers, so their entries for it are unreachable: remove them."""
+    direct callers, so their entries for it are unreachable: remove them. Returns the functions that return
+    directly."""
     returning = {f.index for f in lowered if _returns_directly(f)}
     for f in lowered:
         kept = []
@@ -151,6 +253,7 @@ def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> None:
             else:
                 f.code.delete(direct_entry(cont) + ".slow", DIRECT_ENTRY_INSNS)
         f.direct_calls = kept
+    return returning
 
 
 def _library_functions(names: set[str]) -> dict[str, Code]:
@@ -209,6 +312,7 @@ def _canonical_types(m: Module) -> dict[FuncType, int]:
 # what keeps a function from being a leaf: it could suspend (loops, bulk memory) or needs the software stack
 _NOT_LEAF = {Op.CALL, Op.CALL_INDIRECT, Op.LOOP, Op.MEMORY_GROW, Op.MEMORY_FILL, Op.MEMORY_COPY}
 MAX_SUBPROGRAMS = 256  # the verifier's limit, main program included
+MAX_PROGRAM_INSNS = 1_000_000  # the kernel's limit on a program's instructions (BPF_COMPLEXITY_LIMIT_INSNS)
 # Physical functions one call may nest below the one the dispatcher calls (``packing.nesting``). The verifier
 # allows 8 frames and 512 bytes of stack in a chain: the entry (16 bytes), the physical functions (80 each), a
 # leaf (80) and a soft-float function (8) fit with three nested; the profile without may_goto spends two

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from capsule.bpf.asm import Reg, ldx, mov, stx
+from capsule.bpf.asm import Reg, mov
 from capsule.bpf.insn import Insn
 from capsule.wasm import ValType
 
 from . import abi
 from .emit import T0, Emitter, load_const
-from .values import FRAME, Const, Entry, Local, Slot
+from .values import Const, Entry, Local, Slot, load_frame, store_frame
 
 
 class OperandStack:
@@ -98,14 +98,14 @@ class OperandStack:
         if r is not None:
             return r
         if isinstance(e, Slot) and self._spill is not None and self._spill[0] == slot \
-                and self.out.code.just_emitted(self._spill[1]):
+                and self.out.just_emitted(self._spill[1]):
             # the value was stored to this slot by the instruction just before: it is still in that register
             held = self._spill[2]
             if held != temp:
                 self.out.emit(mov(temp, held))
             return temp
         off = self.local_off(e.n) if isinstance(e, Local) else self.spill_off(slot)
-        self.out.emit(ldx(8, temp, FRAME, off))
+        self.out.emit(load_frame(temp, off))
         return temp
 
     def read_owned(self, slot: int, e: Entry, temp: Reg) -> Reg:
@@ -147,7 +147,7 @@ class OperandStack:
             self.push(Local(t, n))
             return
         if self.home(slot) is None:
-            store = stx(8, FRAME, self.spill_off(slot), reg)
+            store = store_frame(self.spill_off(slot), reg)
             self.out.emit(store)
             self._spill = (slot, store, reg)
         self.push(Slot(t))
@@ -161,7 +161,7 @@ class OperandStack:
         if r is not None:
             self.read_into(r, slot, e)
         else:
-            self.out.emit(stx(8, FRAME, self.spill_off(slot), self.read(slot, e, T0)))
+            self.out.emit(store_frame(self.spill_off(slot), self.read(slot, e, T0)))
         self.entries[slot] = Slot(e.type)
 
     def detach_local(self, n: int, below: int) -> None:
@@ -189,7 +189,7 @@ class OperandStack:
             self.read_into(rd, src, e)
         else:
             r = self.read(src, e, T0)
-            self.out.emit(stx(8, FRAME, self.spill_off(dst), r))
+            self.out.emit(store_frame(self.spill_off(dst), r))
         self.entries[dst] = Slot(e.type)
 
     # -- region boundaries ----------------------------------------------------------------------------------
@@ -201,16 +201,16 @@ class OperandStack:
         for i in range(min(height, len(self.regs))):
             r = self.regs[i]
             if only is None or r in only:
-                self.out.emit(stx(8, FRAME, self.spill_off(i), r))
+                self.out.emit(store_frame(self.spill_off(i), r))
         for n, r in self.local_regs.items():
             if only is None or r in only:
-                self.out.emit(stx(8, FRAME, self.local_off(n), r))
+                self.out.emit(store_frame(self.local_off(n), r))
 
     def reload_regs(self, height: int, only: frozenset[Reg] | None = None) -> None:
         for i in range(min(height, len(self.regs))):
             r = self.regs[i]
             if only is None or r in only:
-                self.out.emit(ldx(8, r, FRAME, self.spill_off(i)))
+                self.out.emit(load_frame(r, self.spill_off(i)))
         for n, r in self.local_regs.items():
             if only is None or r in only:
-                self.out.emit(ldx(8, r, FRAME, self.local_off(n)))
+                self.out.emit(load_frame(r, self.local_off(n)))

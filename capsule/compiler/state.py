@@ -140,6 +140,9 @@ class FunctionState:
     def emit(self, *insns: Insn) -> None:
         self.code.emit(*insns)
 
+    def just_emitted(self, insn: Insn) -> bool:
+        return self.code.just_emitted(insn)
+
     def fresh(self, stem: str) -> str:
         """A new label of this function."""
         return self.code.fresh(f"f{self.index}.{stem}")

@@ -9,7 +9,7 @@ from capsule.wasm import Instr, Op, ValType
 
 from . import abi
 from .abi import BPF_RUNTIME
-from .emit import T0, T1, immediate
+from .emit import T0, T1
 from .integers import test_zero
 from .state import FunctionState, Lowering
 from .values import Const, Slot
@@ -18,24 +18,23 @@ from .values import Const, Slot
 def table_size(fs: FunctionState, ins: Instr) -> None:
     slot = fs.stack.push(Slot(ValType.I32))
     dst = fs.stack.dst(slot)
-    fs.emit(ldx(8, dst, FP, BPF_RUNTIME), ldx(8, dst, dst, abi.CTRL_TABLE0_SIZE + 8 * immediate(ins, int)))
+    fs.emit(ldx(8, dst, FP, BPF_RUNTIME), ldx(8, dst, dst, abi.CTRL_TABLE0_SIZE + 8 * ins.imm_as(int)))
     fs.stack.finish(slot, dst, ValType.I32)
 
 
 def table_access(fs: FunctionState, table: int, is_set: bool) -> None:
     """table.get / table.set, trapping on an index past the table's current size."""
-    if is_set:
-        vs, v = fs.stack.pop()
-        is_, ix = fs.stack.pop()
-    else:
-        is_, ix = fs.stack.pop()
+    value = fs.stack.pop() if is_set else None
+    is_, ix = fs.stack.pop()
+    if not is_set:
         fs.stack.push(ix)
     ri = fs.stack.read(is_, ix, T0)
     fs.emit(mov(T0, ri), ldx(8, T1, FP, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_TABLE0_SIZE + 8 * table),
             jmp(Jmp.JGE, T0, T1, fs.trap_label(abi.Trap.TABLE_OUT_OF_BOUNDS)))
     fs.emit(alu(Alu.LSH, T0, 3), alu(Alu.ADD, T0, abi.TABLES - abi.RT_BASE + table * abi.TABLE_STRIDE),
             ldx(8, T1, FP, BPF_RUNTIME), alu(Alu.ADD, T1, T0))
-    if is_set:
+    if value is not None:
+        vs, v = value
         if isinstance(v, Const):
             fs.emit(st(8, T1, 0, v.bits))
         else:
@@ -48,11 +47,11 @@ def table_access(fs: FunctionState, table: int, is_set: bool) -> None:
 
 
 def table_get(fs: FunctionState, ins: Instr) -> None:
-    table_access(fs, immediate(ins, int), is_set=False)
+    table_access(fs, ins.imm_as(int), is_set=False)
 
 
 def table_set(fs: FunctionState, ins: Instr) -> None:
-    table_access(fs, immediate(ins, int), is_set=True)
+    table_access(fs, ins.imm_as(int), is_set=True)
 
 
 def ref_null(fs: FunctionState, ins: Instr) -> None:
@@ -60,7 +59,7 @@ def ref_null(fs: FunctionState, ins: Instr) -> None:
 
 
 def ref_func(fs: FunctionState, ins: Instr) -> None:
-    fs.stack.push(Const(ValType.I32, immediate(ins, int) + 1))
+    fs.stack.push(Const(ValType.I32, ins.imm_as(int) + 1))
 
 
 def ref_is_null(fs: FunctionState, ins: Instr) -> None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capsule.bpf.asm import R1, R2, R3, R4, R5, R6, R7, R9, Reg
+from capsule.bpf.asm import R1, R2, R3, R4, R5, R6, R7, R9, Reg, ldx, st, stx
+from capsule.bpf.insn import Insn
 from capsule.wasm import Function, Op, ValType
 
 from . import abi
@@ -22,6 +23,22 @@ from . import abi
 FRAME: Reg = R9  # the current function's frame (PTR_TO_ARENA)
 STACK_REGS: tuple[Reg, ...] = (R6, R7, R1, R2, R3, R4, R5)
 CALLER_SAVED = frozenset({R1, R2, R3, R4, R5})
+
+
+def load_frame(dst: Reg, off: int) -> Insn:
+    """``dst = frame[off]`` (8 bytes). Frames may be larger than a 16-bit offset reaches (thousands of locals,
+    deep operand stacks): such accesses are widened once the function is lowered (``Code.widen_offsets``)."""
+    return ldx(8, dst, FRAME, off, wide=True)
+
+
+def store_frame(off: int, src: Reg) -> Insn:
+    """``frame[off] = src`` (8 bytes; see ``load_frame``)."""
+    return stx(8, FRAME, off, src, wide=True)
+
+
+def store_frame_imm(off: int, imm: int) -> Insn:
+    """``frame[off] = imm`` (8 bytes, sign-extended; see ``load_frame``)."""
+    return st(8, FRAME, off, imm, wide=True)
 
 
 def is64(t: ValType) -> bool:

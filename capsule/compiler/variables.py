@@ -7,15 +7,15 @@ which every fiber keeps in its own record.
 
 from __future__ import annotations
 
-from capsule.bpf.asm import FP, Reg, alu, jmp, ldx, mov, st, stx
+from capsule.bpf.asm import FP, Reg, alu, jmp, ldx, mov, stx
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import Instr, Op
 
 from . import abi
 from .abi import BPF_FIBER, BPF_RUNTIME
-from .emit import T0, T1, immediate, slot_imm
+from .emit import T0, T1, slot_imm
 from .state import FunctionState, Lowering
-from .values import FRAME, Const, Local, Slot
+from .values import Const, Local, Slot, load_frame, store_frame, store_frame_imm
 
 
 def local_get(fs: FunctionState, ins: Instr) -> None:
@@ -23,16 +23,16 @@ def local_get(fs: FunctionState, ins: Instr) -> None:
     (``values.Local``). A local in the frame is loaded now: deferring those loads too (to the instruction that
     consumes the value, or to a join) made the verifier's work grow instead of shrink, printf_core's from
     107k to 165k processed instructions and Lua's past the 1M limit, for 3% fewer instructions."""
-    n = immediate(ins, int)
+    n = ins.imm_as(int)
     t = fs.func.locals[n]
     if n in fs.local_regs:
         fs.stack.push(Local(t, n))
         return
     slot = fs.stack.push(Slot(t))
     dst = fs.stack.dst(slot)
-    fs.emit(ldx(8, dst, FRAME, fs.stack.local_off(n)))
+    fs.emit(load_frame(dst, fs.stack.local_off(n)))
     if fs.stack.home(slot) is None:
-        fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), dst))
+        fs.emit(store_frame(fs.stack.spill_off(slot), dst))
 
 
 def set_local(fs: FunctionState, n: int, keep: bool) -> None:
@@ -50,10 +50,10 @@ def set_local(fs: FunctionState, n: int, keep: bool) -> None:
     if lr is not None:
         fs.stack.read_into(lr, slot, e)
     elif imm is not None:
-        fs.emit(st(8, FRAME, off, imm))
+        fs.emit(store_frame_imm(off, imm))
     else:
         r = fs.stack.read(slot, e, T0)
-        fs.emit(stx(8, FRAME, off, r))
+        fs.emit(store_frame(off, r))
     if not keep:
         fs.stack.pop()
     elif lr is not None:  # the value stays on the stack: it is the local's register now
@@ -62,11 +62,11 @@ def set_local(fs: FunctionState, n: int, keep: bool) -> None:
 
 
 def local_set(fs: FunctionState, ins: Instr) -> None:
-    set_local(fs, immediate(ins, int), keep=False)
+    set_local(fs, ins.imm_as(int), keep=False)
 
 
 def local_tee(fs: FunctionState, ins: Instr) -> None:
-    set_local(fs, immediate(ins, int), keep=True)
+    set_local(fs, ins.imm_as(int), keep=True)
 
 
 def global_addr(fs: FunctionState, g: int) -> tuple[Reg, int]:
@@ -83,22 +83,28 @@ def global_addr(fs: FunctionState, g: int) -> tuple[Reg, int]:
 
 
 def global_get(fs: FunctionState, ins: Instr) -> None:
-    g = immediate(ins, int)
+    g = ins.imm_as(int)
     t = fs.m.all_globals()[g].type
     slot = fs.stack.push(Slot(t))
     base, off = global_addr(fs, g)
     dst = fs.stack.dst(slot)
     fs.emit(ldx(8, dst, base, off))
     if fs.stack.home(slot) is None:
-        fs.emit(stx(8, FRAME, fs.stack.spill_off(slot), dst))
+        fs.emit(store_frame(fs.stack.spill_off(slot), dst))
 
 
 def global_set(fs: FunctionState, ins: Instr) -> None:
-    g = immediate(ins, int)
+    g = ins.imm_as(int)
     slot, e = fs.stack.pop()
     r = fs.stack.read(slot, e, T0)
     base, off = global_addr(fs, g)
     fs.emit(stx(8, base, off, r))
+    if g == fs.info.stack_pointer_global:
+        # the C stack pointer must stay within the fiber's C stack: past its bottom it would grow into the data
+        # below (output waiting to be drained, the heap), and wrap around past zero in a stack-first layout
+        trap = fs.trap_label(abi.Trap.STACK_OVERFLOW)
+        fs.emit(ldx(8, T1, T1, abi.FIBER_STACK_LOW), jmp(Jmp.JLT, r, T1, trap),
+                ldx(8, T1, FP, BPF_FIBER), ldx(8, T1, T1, abi.FIBER_STACK_HIGH), jmp(Jmp.JGT, r, T1, trap))
 
 
 def drop(fs: FunctionState, ins: Instr) -> None:

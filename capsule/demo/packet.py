@@ -19,7 +19,7 @@ from rich.table import Table
 from capsule.bpf.uapi import XDPAction
 
 BLOCKED_PORT = 9999
-XDP = {a: f"XDP_{a.name}" for a in (XDPAction.DROP, XDPAction.PASS)}
+XDP: dict[int, str] = {a: f"XDP_{a.name}" for a in (XDPAction.DROP, XDPAction.PASS)}
 PROTO = {1: "icmp", 6: "tcp", 17: "udp"}
 
 
@@ -86,6 +86,7 @@ def run_demo(console: Console) -> int:
         t_load = time.perf_counter() - t0
         prog = coll.programs["packet_stats"]
         info, st = prog.info(), prog.stats
+        assert st is not None  # loaded with LogLevel.STATS
         vt = Table(title="verifier")
         for col in (
             "program insns",
@@ -134,8 +135,8 @@ def run_demo(console: Console) -> int:
             for k, v in coll.maps["proto_count"].items()
             if any(v)
         }
-        total = int.from_bytes(coll.maps[".bss"].lookup(0)[:8], "little")
-        checksum = int.from_bytes(coll.maps[".data"].lookup(0)[:4], "little")
+        total = int.from_bytes(coll.maps[".bss"][0][:8], "little")
+        checksum = int.from_bytes(coll.maps[".data"][0][:4], "little")
         console.print(
             "map proto_count: " + ", ".join(f"{PROTO.get(k, k)}={v}" for k, v in sorted(counts.items())),
             highlight=False,

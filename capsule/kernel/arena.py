@@ -54,15 +54,16 @@ def free_4g_aligned_address() -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"reserving address space: {os.strerror(err)}")
     _munmap(p, span)
-    return (p + (1 << 32) - 1) & ~((1 << 32) - 1)
+    start: int = p
+    return (start + (1 << 32) - 1) & ~((1 << 32) - 1)
 
 
 class Arena(Map):
     """An arena map plus (after ``map()``, which ``create`` does by default) its user-space mapping."""
 
-    def __init__(self, fd: FD, type: int, key_size: int, value_size: int, max_entries: int,
-                 **kw: object) -> None:
-        super().__init__(fd, type, key_size, value_size, max_entries, **kw)  # type: ignore[arg-type]
+    def __init__(self, fd: FD, type: int, key_size: int, value_size: int, max_entries: int, *,
+                 flags: int = 0, name: str = "", map_extra: int = 0) -> None:
+        super().__init__(fd, type, key_size, value_size, max_entries, flags=flags, name=name, map_extra=map_extra)
         self._py_mmap: mmap.mmap | None = None
         self._raw: tuple[int, int] | None = None  # (address, length) of a libc mapping
         self._view: memoryview | None = None

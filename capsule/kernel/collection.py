@@ -24,7 +24,7 @@ from capsule.bpf.uapi import MapFlags, MapType, ProgType
 
 from .arena import PAGE, Arena
 from .btf import load_btf, vmlinux_btf_id
-from .errors import BPFError, LoadError
+from .errors import BPFError, LoadError, VerifierError
 from .kconfig import kallsyms, kconfig_contents
 from .maps import Map, possible_cpus
 from .preflight import check_object
@@ -62,9 +62,13 @@ class Collection:
             for name in names:
                 if name not in spec.programs:
                     raise LoadError(f"no program named {name!r} (the object has: {', '.join(spec.programs)})")
-                coll.programs[name] = load_program(
-                    spec.programs[name], coll.maps, coll.btf_fd, log_level=log_level
-                )
+                try:
+                    coll.programs[name] = load_program(
+                        spec.programs[name], coll.maps, coll.btf_fd, log_level=log_level
+                    )
+                except VerifierError as e:
+                    e.program = name
+                    raise
             fill_prog_arrays(spec, coll.maps, coll.programs)
         except BaseException:
             coll.close()
@@ -75,10 +79,10 @@ class Collection:
         """Where a global variable lives: (its data map, offset in element 0, size), from the object's BTF."""
         btf = self.spec.btf if self.spec is not None else None
         if btf is not None:
-            for t in btf.iter_types():  # type: ignore[attr-defined]
+            for t in btf.iter_types():
                 if isinstance(t, Datasec) and t.name in self.maps:
                     for v in t.vars:
-                        if btf.name_of(v.type) == name:  # type: ignore[attr-defined]
+                        if btf.name_of(v.type) == name:
                             return self.maps[t.name], v.offset, v.size
         raise KeyError(f"no global variable {name!r} in the object's data sections")
 
@@ -116,7 +120,7 @@ def load_object_btf(spec: ObjectSpec) -> FD | None:
     """Load the object's BTF. Objects without BTF (hand-built ones) load without func/line info."""
     if spec.btf is None:
         return None
-    return load_btf(spec.btf.for_kernel())  # type: ignore[attr-defined]
+    return load_btf(spec.btf.for_kernel())
 
 
 def create_maps(

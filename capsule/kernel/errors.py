@@ -83,6 +83,7 @@ class VerifierError(BPFError):
         super().__init__(err, Cmd.PROG_LOAD, message)
         self.log = log
         self.insn_index, self.insn_text, self.reason = parse_failure(log)
+        self.program: str | None = None  # the program's name, when a collection was loading several
 
     def __str__(self) -> str:
         parts = [self._head()]

@@ -13,12 +13,12 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import SupportsInt, TypeVar
 
 from capsule.bpf.uapi import AttachType
 
 from .consts import Cmd, LinkType
-from .sys import FD, LinkCreateAttr, LinkDetachAttr, LinkInfo, bpf, obj_get_info
+from .sys import FD, HasFileno, LinkCreateAttr, LinkDetachAttr, LinkInfo, bpf, fd_number, obj_get_info
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -39,16 +39,16 @@ class Link:
         self.target = target
 
     @classmethod
-    def create(cls, prog: object, target: int, attach_type: int, flags: int = 0) -> Link:
+    def create(cls, prog: HasFileno | SupportsInt, target: int, attach_type: int, flags: int = 0) -> Link:
         """BPF_LINK_CREATE of ``prog`` (anything with ``fileno()``) on ``target`` (an fd or ifindex)."""
-        pfd = prog.fileno() if hasattr(prog, "fileno") else int(prog)  # type: ignore[call-overload]
+        pfd = fd_number(prog)
         attr = LinkCreateAttr(prog_fd=pfd, target_fd=target, attach_type=int(attach_type), flags=int(flags))
         name = AttachType(attach_type).name if attach_type in AttachType._value2member_map_ else attach_type
         fd = FD(bpf(Cmd.LINK_CREATE, attr, f"attaching program fd {pfd} as {name} to target {target}"))
         return cls(fd, attach_type, target)
 
     @classmethod
-    def xdp(cls, prog: object, ifindex: int, flags: int = 0) -> Link:
+    def xdp(cls, prog: HasFileno | SupportsInt, ifindex: int, flags: int = 0) -> Link:
         """Attach an XDP program to the interface ``ifindex`` of the calling thread's network namespace.
         ``flags`` take ``XDPFlags`` (SKB_MODE for generic XDP, DRV_MODE for native)."""
         return cls.create(prog, ifindex, AttachType.XDP, flags)
@@ -67,14 +67,16 @@ class Link:
 
     @property
     def id(self) -> int:
-        return self.info().id
+        link_id: int = self.info().id
+        return link_id
 
     def ifindex(self) -> int:
         """For an XDP link: the interface it is attached to (0 once detached)."""
         info = self.info()
         if info.type != LinkType.XDP:
             raise TypeError("not an XDP link")
-        return info.extra[0] & 0xFFFFFFFF
+        ifindex: int = info.extra[0] & 0xFFFFFFFF
+        return ifindex
 
     def detach(self) -> None:
         """BPF_LINK_DETACH: end the attachment now; the FD stays open (and must still be closed)."""
@@ -98,7 +100,8 @@ def run_in_netns(netns: str, fn: Callable[[], T]) -> T:
     """Run ``fn`` in a helper thread that has joined the network namespace at path ``netns`` (e.g.
     ``/run/netns/NAME``), and return its result (or raise its exception). Only that thread changes namespace;
     FDs it creates (links, sockets) keep working from any thread afterwards."""
-    box: dict[str, object] = {}
+    results: list[T] = []
+    errors: list[BaseException] = []
 
     def body() -> None:
         try:
@@ -109,13 +112,13 @@ def run_in_netns(netns: str, fn: Callable[[], T]) -> T:
                     raise OSError(err, f"setns({netns}): {os.strerror(err)}")
             finally:
                 os.close(nsfd)
-            box["result"] = fn()
+            results.append(fn())
         except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
+            errors.append(exc)
 
     t = threading.Thread(target=body, name=f"netns:{netns}")
     t.start()
     t.join()
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["result"]  # type: ignore[return-value]
+    if errors:
+        raise errors[0]
+    return results[0]

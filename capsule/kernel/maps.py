@@ -14,13 +14,27 @@ import errno
 import functools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import SupportsInt
 
 from capsule.bpf.spec import MapSpec
 from capsule.bpf.uapi import PERCPU_MAP_TYPES, MapFlags, MapType
 
 from .consts import Cmd, UpdateFlags
 from .errors import BPFError
-from .sys import FD, MapCreateAttr, MapElemAttr, MapInfo, Owner, addr, bpf, bpf_errno, name_bytes, obj_get_info
+from .sys import (
+    FD,
+    HasFileno,
+    MapCreateAttr,
+    MapElemAttr,
+    MapInfo,
+    Owner,
+    addr,
+    bpf,
+    bpf_errno,
+    fd_number,
+    name_bytes,
+    obj_get_info,
+)
 
 Key = bytes | int
 Value = bytes | int
@@ -113,8 +127,7 @@ class Map(Owner):
         return cls.from_spec(spec)
 
     def __repr__(self) -> str:
-        t = self.type.name if isinstance(self.type, MapType) else self.type
-        return f"<Map {self.name!r} {t} fd={self._fd!r}>"
+        return f"<Map {self.name!r} {self.type.name} fd={self._fd!r}>"
 
     # -- shapes ------------------------------------------------------------------------------------------
     @property
@@ -128,7 +141,7 @@ class Map(Owner):
             return _round8(self.value_size) * possible_cpus()
         return self.value_size
 
-    def _key(self, key: Key) -> ctypes.Array:
+    def _key(self, key: Key) -> ctypes.Array[ctypes.c_char]:
         if isinstance(key, int):
             raw = key.to_bytes(self.key_size, "little", signed=key < 0)
         else:
@@ -137,7 +150,7 @@ class Map(Owner):
                 raise ValueError(f"{self.name}: key is {len(raw)} bytes, map key_size is {self.key_size}")
         return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
-    def _value(self, value: Value) -> ctypes.Array:
+    def _value(self, value: Value) -> ctypes.Array[ctypes.c_char]:
         size = self.user_value_size
         if isinstance(value, int):
             raw = value.to_bytes(self.value_size, "little", signed=value < 0)
@@ -246,7 +259,7 @@ class Map(Owner):
         return info
 
     # -- PROG_ARRAY --------------------------------------------------------------------------------------
-    def set_prog(self, index: int, prog: object) -> None:
+    def set_prog(self, index: int, prog: HasFileno | SupportsInt) -> None:
         """PROG_ARRAY: put a program (anything with ``fileno()``, or an fd int) at ``index``."""
-        fd = prog.fileno() if hasattr(prog, "fileno") else int(prog)  # type: ignore[call-overload]
+        fd = fd_number(prog)
         self.update(index, fd.to_bytes(4, "little"))

@@ -95,7 +95,7 @@ def _line_info_bytes(infos: Sequence[LineInfo] | bytes) -> bytes:
                     for li in infos)
 
 
-def _buf(data: bytes) -> ctypes.Array | None:
+def _buf(data: bytes) -> ctypes.Array[ctypes.c_char] | None:
     return ctypes.create_string_buffer(data, len(data)) if data else None
 
 
@@ -152,7 +152,7 @@ class Program(Owner):
             fds = (ctypes.c_int32 * len(fd_array))(*(int(f) for f in fd_array))
         attach_fd = attach_btf_obj_fd if attach_btf_obj_fd is not None else attach_prog_fd
 
-        def attempt(level: int, size: int) -> tuple[int, int, ProgLoadAttr, ctypes.Array | None]:
+        def attempt(level: int, size: int) -> tuple[int, int, ProgLoadAttr, ctypes.Array[ctypes.c_char] | None]:
             log = ctypes.create_string_buffer(size) if level else None
             attr = ProgLoadAttr(
                 prog_type=int(type), insn_cnt=len(code) // 8, insns=addr(code_buf), license=addr(lic),
@@ -167,10 +167,11 @@ class Program(Owner):
                 attach_btf_id=attach_btf_id, attach_prog_fd=int(attach_fd) if attach_fd is not None else 0,
                 fd_array=addr(fds), fd_array_cnt=len(fds) if (fds is not None and bind_fd_array) else 0,
             )
-            for _ in range(5):  # EAGAIN: the verifier was interrupted; libbpf retries the same way
-                fd, err = bpf_errno(Cmd.PROG_LOAD, attr)
+            fd, err = bpf_errno(Cmd.PROG_LOAD, attr)
+            for _ in range(4):  # EAGAIN: the verifier was interrupted; libbpf retries the same way
                 if err != errno.EAGAIN:
                     break
+                fd, err = bpf_errno(Cmd.PROG_LOAD, attr)
             return fd, err, attr, log
 
         level = int(log_level)
@@ -200,8 +201,7 @@ class Program(Owner):
         return cls(fd, info.type, info.name.decode(errors="replace"))
 
     def __repr__(self) -> str:
-        t = self.type.name if isinstance(self.type, ProgType) else self.type
-        return f"<Program {self.name!r} {t} fd={self._fd!r}>"
+        return f"<Program {self.name!r} {self.type.name} fd={self._fd!r}>"
 
     # -- introspection -----------------------------------------------------------------------------------
     def info(self) -> ProgramInfo:

@@ -57,11 +57,13 @@ class RingBuffer:
     # positions are u64 counters that only grow; the x86-64 and arm64 loads of an aligned u64 are atomic
     @property
     def consumer_pos(self) -> int:
-        return _U64.unpack_from(self._cons, 0)[0]
+        pos: int = _U64.unpack_from(self._cons, 0)[0]
+        return pos
 
     @property
     def producer_pos(self) -> int:
-        return _U64.unpack_from(self._prod, 0)[0]
+        pos: int = _U64.unpack_from(self._prod, 0)[0]
+        return pos
 
     def available(self) -> int:
         """Bytes (headers included) between the consumer and producer positions."""

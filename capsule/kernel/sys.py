@@ -16,6 +16,7 @@ import os
 import platform
 import warnings
 from ctypes import c_char, c_int32, c_uint8, c_uint32, c_uint64
+from typing import Any, Protocol, Self, SupportsInt
 
 from .consts import BPF_OBJ_NAME_LEN, BPF_TAG_SIZE, Cmd
 from .errors import BPFError
@@ -311,7 +312,7 @@ class LinkInfo(ctypes.Structure):
 
 
 # -- the call ------------------------------------------------------------------------------------------------
-def addr(obj: ctypes.Array | ctypes.Structure | None) -> int:
+def addr(obj: ctypes.Array[Any] | ctypes.Structure | None) -> int:
     """The address of a ctypes buffer, or 0 for None: what ``__aligned_u64`` pointer fields want."""
     return 0 if obj is None else ctypes.addressof(obj)
 
@@ -324,7 +325,7 @@ def bpf(cmd: Cmd, attr: ctypes.Structure, message: str = "", *, retry_eagain: in
     """
     size = ctypes.sizeof(attr)
     while True:
-        ret = _syscall(SYS_BPF, int(cmd), ctypes.addressof(attr), size)
+        ret: int = _syscall(SYS_BPF, int(cmd), ctypes.addressof(attr), size)
         if ret >= 0:
             return ret
         err = ctypes.get_errno()
@@ -341,7 +342,7 @@ def bpf_errno(cmd: Cmd, attr: ctypes.Structure) -> tuple[int, int]:
     failure (PROG_LOAD's log_true_size) or treat an errno as an answer (ENOENT from GET_NEXT_KEY)."""
     size = ctypes.sizeof(attr)
     while True:
-        ret = _syscall(SYS_BPF, int(cmd), ctypes.addressof(attr), size)
+        ret: int = _syscall(SYS_BPF, int(cmd), ctypes.addressof(attr), size)
         if ret >= 0:
             return ret, 0
         err = ctypes.get_errno()
@@ -356,6 +357,17 @@ def name_bytes(name: str) -> bytes:
 
 
 # -- owned file descriptors ----------------------------------------------------------------------------------
+class HasFileno(Protocol):
+    """Anything that names a file descriptor by ``fileno()``: an ``FD``, a map, a program, a link."""
+
+    def fileno(self) -> int: ...
+
+
+def fd_number(obj: HasFileno | SupportsInt) -> int:
+    """The descriptor number of ``obj``: its ``fileno()``, else ``int(obj)`` (a plain number)."""
+    return obj.fileno() if hasattr(obj, "fileno") else int(obj)
+
+
 class FD:
     """Owns one file descriptor and closes it exactly once.
 
@@ -431,7 +443,7 @@ class Owner:
     def closed(self) -> bool:
         return self._fd.closed
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .analysis import Analysis
 
 NREGS = NUM_REGS
+ValueId = tuple[str, int, int]  # ("def", d, r) or ("in", start, r)
 _MOV64_X = Class.ALU64 | Alu.MOV | Src.X
 _REGS = (1 << NREGS) - 1
 
@@ -28,7 +29,7 @@ class BlockValues:
         self._block_of = a.block_of
         self._insns = a.code.insns
         # filled a block at a time, on the first question about it (most blocks are never asked about)
-        self._ids: list[tuple | None] = [None] * len(self._insns)
+        self._ids: list[tuple[ValueId, ...] | None] = [None] * len(self._insns)
 
     def _fill(self, at: int) -> None:
         """Name the values over the run of instructions with ``at``'s block (a run of equal ``block_of``)."""
@@ -37,7 +38,7 @@ class BlockValues:
         k = at
         while k and block_of[k - 1] == blk:
             k -= 1
-        cur: list[tuple] = [("in", blk, r) for r in range(NREGS)]
+        cur: list[ValueId] = [("in", blk, r) for r in range(NREGS)]
         n = len(insns)
         while k < n and block_of[k] == blk:
             ids[k] = tuple(cur)
@@ -52,10 +53,11 @@ class BlockValues:
                     defs &= defs - 1
             k += 1
 
-    def value_id(self, at: int, reg: int) -> tuple:
+    def value_id(self, at: int, reg: int) -> ValueId:
         """The value ``reg`` holds just before ``at`` (equal ids: the same value, within one block)."""
         row = self._ids[at]
         if row is None:
             self._fill(at)
             row = self._ids[at]
-        return row[reg]  # type: ignore[index]
+            assert row is not None  # _fill named every instruction of at's block
+        return row[reg]

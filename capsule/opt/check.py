@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from capsule.bpf.opcodes import Class
 from capsule.bpf.spec import ObjectSpec, ProgramSpec
 from capsule.bpf.uapi import MapType, ProgType
-from capsule.kernel.collection import LoadError, create_maps, load_object_btf, load_program
+from capsule.kernel.collection import create_maps, load_object_btf, load_program
 from capsule.kernel.consts import LogLevel
-from capsule.kernel.errors import BPFError, VerifierError
+from capsule.kernel.errors import BPFError, LoadError, VerifierError
 from capsule.kernel.maps import Map
+from capsule.kernel.prog import Program
 from capsule.kernel.sys import FD
 
 from .analysis import Analysis
@@ -46,6 +47,8 @@ _SEEDED = {MapType.HASH, MapType.ARRAY, MapType.LRU_HASH}
 _DUMPED = {MapType.HASH, MapType.ARRAY, MapType.LRU_HASH, MapType.PERCPU_ARRAY, MapType.PERCPU_HASH,
            MapType.LRU_PERCPU_HASH}
 _MAX_CTX = 4096
+# one input's result: (retval, data out, context out) or ("error", errno), and every dumped map's contents
+Output = tuple[tuple[object, ...], dict[str, object]]
 
 
 @dataclass
@@ -55,14 +58,14 @@ class LoadStats:
     jited_size: int
     xlated_size: int
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int | None]:
         return dict(processed_insns=self.processed_insns, verification_time_us=self.verification_time_us,
                     jited_size=self.jited_size, xlated_size=self.xlated_size)
 
 
 @dataclass
 class _Reference:
-    outputs: list | None  # None: not comparable by running
+    outputs: list[Output] | None  # None: not comparable by running
     note: str
     stats: LoadStats
     ctx_size: int = 0
@@ -111,7 +114,7 @@ class Checker:
                         break  # e.g. a value with special fields; leave it empty
         return maps
 
-    def _side(self, ps: ProgramSpec, ctx_size: int, runs: bool) -> tuple[LoadStats, list | None]:
+    def _side(self, ps: ProgramSpec, ctx_size: int, runs: bool) -> tuple[LoadStats, list[Output] | None]:
         """Load ``ps`` into fresh maps, optionally run every input; (stats, outputs)."""
         maps = self._maps()
         try:
@@ -128,8 +131,9 @@ class Checker:
             for m in maps.values():
                 m.close()
 
-    def _run_all(self, prog, ptype: int, ctx_size: int, maps: dict[str, Map]) -> list:
-        out: list = []
+    def _run_all(self, prog: Program, ptype: int, ctx_size: int, maps: dict[str, Map]) -> list[Output]:
+        out: list[Output] = []
+        inputs: list[tuple[bytes, bytes | None]]  # (packet, context)
         if ptype == ProgType.SYSCALL:
             inputs = [(b"", c) for c in context_buffers(ctx_size)]
         else:
@@ -142,7 +146,7 @@ class Checker:
             for data, ctx in inputs:
                 try:
                     r = prog.test_run(data, ctx)
-                    row: tuple = (r.retval, r.data_out, r.ctx_out)
+                    row: tuple[object, ...] = (r.retval, r.data_out, r.ctx_out)
                 except BPFError as e:
                     row = ("error", e.errno)
                 out.append((row, _dump(maps)))
@@ -172,6 +176,7 @@ class Checker:
             tname = ProgType(ps.type).label.lower()
             note = f"verified only: {tname} programs cannot be test-run"
         else:
+            assert first is not None  # a runnable program's side runs every input
             _, second = self._side(ps, ctx_size, runs)
             if second != first:
                 note = "verified only: the original's results differ between runs (time, randomness, CPU)"
@@ -208,8 +213,8 @@ class Checker:
         return stats
 
 
-def _dump(maps: dict[str, Map]) -> dict:
-    out = {}
+def _dump(maps: dict[str, Map]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for name, m in maps.items():
         if m.type not in _DUMPED:
             continue
@@ -220,7 +225,7 @@ def _dump(maps: dict[str, Map]) -> dict:
     return out
 
 
-def _first_difference(want: list, got: list) -> str:
+def _first_difference(want: list[Output], got: list[Output]) -> str:
     for k, (a, b) in enumerate(zip(want, got, strict=False)):
         if a[0] != b[0]:
             return f"input {k}: result {b[0][:1]} differs from the original's {a[0][:1]} (or its output data)"

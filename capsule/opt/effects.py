@@ -8,7 +8,7 @@ skb) and clobber ``r0``-``r5`` as the verifier says they do.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import (
@@ -75,7 +75,7 @@ def effects(insns: list[Insn]) -> list[Effect]:
                 out[i] = _CACHE[(ins.code, ins.dst, ins.src, ins.imm)] = effect(ins)
     if len(_CACHE) > 200_000:
         _CACHE.clear()
-    return out
+    return cast(list[Effect], out)  # every None was filled above
 
 
 def regs_of(mask: int) -> tuple[int, ...]:

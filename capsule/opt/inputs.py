@@ -23,7 +23,7 @@ _MAC = bytes.fromhex("020000000001") + bytes.fromhex("020000000002")
 def _csum(b: bytes) -> int:
     if len(b) % 2:
         b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    s: int = sum(struct.unpack(f"!{len(b) // 2}H", b))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF

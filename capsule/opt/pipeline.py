@@ -57,8 +57,8 @@ class ProgramResult:
     records: list[PassRecord] = field(default_factory=list)
     seconds: float = 0.0  # time spent in the passes (not checking)
     check_note: str = ""  # how the program was checked (e.g. "verified only: tracepoint")
-    before_stats: dict | None = None  # verifier/JIT figures, when checked
-    after_stats: dict | None = None
+    before_stats: dict[str, int | None] | None = None  # verifier/JIT figures, when checked
+    after_stats: dict[str, int | None] | None = None
 
     @property
     def ni_before(self) -> int:

@@ -91,10 +91,10 @@ def def_use(cfg: CFG, effs: list[Effect] | None = None) -> DefUse:
             continue
         ri = reaching[i]
         for r in regs_of(u):
-            for d in ri[r]:
-                s = uses_of.get(d)
-                if s is None:
-                    uses_of[d] = {i}
+            for def_at in ri[r]:
+                users = uses_of.get(def_at)
+                if users is None:
+                    uses_of[def_at] = {i}
                 else:
-                    s.add(i)
+                    users.add(i)
     return DefUse(reaching, uses_of)

@@ -9,7 +9,8 @@ compared by equality; the meet of two paths keeps a register's fact only where b
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable
+from typing import TypeVar
 
 from capsule.bpf.opcodes import NUM_REGS
 
@@ -18,19 +19,20 @@ from .analysis import Analysis
 __all__ = ["Held", "Step", "NREGS", "NOTHING", "must_hold"]
 
 NREGS = NUM_REGS
-Held = tuple  # per register: its fact, or None
-NOTHING: Held = (None,) * NREGS
+Fact = TypeVar("Fact", bound=Hashable)
+Held = tuple[Fact | None, ...]  # per register: its fact, or None
+NOTHING: tuple[None, ...] = (None,) * NREGS
 # updates the per-register facts (a list of NREGS) for instruction i
-Step = Callable[[int, list], None]
+Step = Callable[[int, list[Fact | None]], None]
 
 
-def must_hold(a: Analysis, step: Step, at: Collection[int] | None = None) -> dict[int, Held]:
+def must_hold(a: Analysis, step: Step[Fact], at: Collection[int] | None = None) -> dict[int, Held[Fact]]:
     """The facts before each reachable instruction of ``at`` (every instruction when ``at`` is None)."""
-    out: dict[int, Held] = {}
+    out: dict[int, Held[Fact]] = {}
     for fn in a.cfg.functions.values():
         order = fn.rpo()
         rank = {b: k for k, b in enumerate(order)}
-        block_in: dict[int, Held] = {fn.start: NOTHING}
+        block_in: dict[int, Held[Fact]] = {fn.start: NOTHING}
         heap, queued = [0], {fn.start}
         while heap:  # to a fixpoint, blocks in reverse postorder (joins only forget, so it ends)
             bs = order[heapq.heappop(heap)]

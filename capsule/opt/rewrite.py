@@ -210,10 +210,10 @@ class Code:
             targets[new_index[i]] = moved(retarget.get(i, t))
         for i, new in replace_with.items():
             if has_target(new):
-                t = retarget.get(i, old_targets.get(i))
-                if t is None:
+                target = retarget.get(i, old_targets.get(i))
+                if target is None:
                     raise RewriteError(f"replacement at {i} refers to an instruction but has no target")
-                targets[new_index[i]] = moved(t)
+                targets[new_index[i]] = moved(target)
         if delete:
             insns = [ins for i, ins in enumerate(insns) if i not in delete]
         funcs = {}

@@ -103,7 +103,7 @@ def branch_taken(ins: Insn, dst: int, src: int) -> bool | None:
     b = (src if ins.code & Src.X else imm64(ins.imm)) & mask
     a = dst & mask
     sa, sb = signed(a, bits), signed(b, bits)
-    table = {
+    table: dict[int, bool] = {
         Jmp.JEQ: a == b,
         Jmp.JNE: a != b,
         Jmp.JGT: a > b,

@@ -476,7 +476,7 @@ def _widen(old: State, new: State, regs_too: bool = True) -> State:
 # usually touches few functions of a large program: the others are not analysed again. The key holds the
 # ``id`` of each instruction (edits keep the ``Insn`` objects they leave alone) and the entry keeps those
 # instructions alive, so an id in a key always names the instruction it was taken of.
-_FnKey = tuple
+_FnKey = tuple[int, bool, tuple[int, ...], tuple[tuple[int, int], ...]]  # see _function_keys
 _fn_memo: dict[_FnKey, tuple[list[Insn], list[State | None]]] = {}
 # Likewise per block, for the functions an edit did touch: a block whose instructions and entry state are those
 # of a block of the previous analysis has its states (by the ``id`` of its first instruction, which the entry

@@ -29,6 +29,8 @@ from .errors import CallError, GuestExit, GuestRejected, GuestTrap, Pending
 
 C_STACK_PAGES = 4  # wasm pages of C shadow stack for every fiber after the first
 GROW_AHEAD = 1 << 20  # bytes the host backs beyond what a memory.grow needs (fewer GROW round trips)
+DEFAULT_BUDGET = 1 << 62  # a call's budget when its caller sets none: it runs until it ends
+MAX_REPEAT = 256  # runs per BPF_PROG_TEST_RUN of an open-ended call that keeps ending PENDING
 _NARROW = (ValType.I32, ValType.F32)  # held in the low 32 bits of a u64
 BACKTRACE_DEPTH = 64  # frames listed in a trap's backtrace (walking a 16 MiB stack frame by frame takes seconds)
 
@@ -63,29 +65,43 @@ class Instance:
         # called with (instance, fiber) when the guest yields to the host (capsule.yield), before resuming
         self.on_yield: Callable[[Instance, int], None] | None = None
         t0 = time.perf_counter()
+        names = [abi.program_name(k) for k in range(max(1, len(self.meta.parts)))]
+        missing = [n for n in names if n not in spec.programs]
+        if missing:
+            raise CallError(f"the object has no program {missing[0]!r}, which its {abi.META_SECTION} names")
         try:
-            self.coll = Collection.load(spec, log_level=log_level)
+            self.coll = Collection.load(spec, programs=names, log_level=log_level)
         except VerifierError as e:
-            raise GuestRejected(self._guest_at(e.insn_index), e) from e
+            k = names.index(e.program) if e.program in names else 0
+            raise GuestRejected(self._guest_at(e.insn_index, k), e) from e
         self.load_seconds = time.perf_counter() - t0
-        self.prog = self.coll.programs[abi.ENTRY_PROGRAM]
+        # the programs of a split object hand states to one another through the program array
+        self.programs = [self.coll.programs[n] for n in names]
+        self.prog = self.programs[0]
+        if len(self.programs) > 1:
+            table = self.coll.maps[abi.PROGRAMS_MAP]
+            for k, prog in enumerate(self.programs):
+                table.set_prog(k, prog)
         arena = self.coll.maps[abi.WINDOW_MAP]
         assert isinstance(arena, Arena)
         self.arena = arena
         self.mem = arena.memory
         self._committed_stacks: set[int] = set()
+        self._repeat = 1
         try:
             self._instantiate()
         except BaseException:
             self.close()
             raise
 
-    def _guest_at(self, slot: int | None) -> str | None:
-        """The guest function whose code holds BPF instruction ``slot`` (None for the dispatcher's own code)."""
+    def _guest_at(self, slot: int | None, program: int = 0) -> str | None:
+        """The guest function whose code holds BPF instruction ``slot`` of program ``program`` (None for the
+        dispatcher's own code)."""
         if slot is None:
             return None
         name = None
-        for start, func in self.meta.code_ranges:
+        ranges = self.meta.parts[program].code_ranges if self.meta.parts else self.meta.code_ranges
+        for start, func in ranges:
             if start > slot:
                 break
             name = self.meta.funcs[func].name
@@ -93,6 +109,7 @@ class Instance:
 
     # -- lifetime -------------------------------------------------------------------------------------------
     def close(self) -> None:
+        # drop the window's view so the arena can unmap; nothing reads a closed instance's memory
         self.mem = None  # type: ignore[assignment]
         self.coll.close()
 
@@ -104,7 +121,8 @@ class Instance:
 
     # -- raw window access ----------------------------------------------------------------------------------
     def u64(self, addr: int) -> int:
-        return struct.unpack_from("<Q", self.mem, addr)[0]
+        value: int = struct.unpack_from("<Q", self.mem, addr)[0]
+        return value
 
     def set_u64(self, addr: int, v: int) -> None:
         struct.pack_into("<Q", self.mem, addr, v & MASK64)
@@ -185,11 +203,26 @@ class Instance:
             rec = abi.FIBERS + fiber * abi.FIBER_SIZE
             self.set_u64(rec + abi.FIBER_GENERATION, 1)
             self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
+            self.set_u64(rec + abi.FIBER_STACK_HIGH, MASK32)
             if sp is not None and fiber == 0:
                 self.set_u64(rec + abi.FIBER_STACK_POINTER, gvals[sp])
+                low, high = self._stack_bounds(gvals[sp] & MASK32, gvals)
+                self.set_u64(rec + abi.FIBER_STACK_LOW, low)
+                self.set_u64(rec + abi.FIBER_STACK_HIGH, high)
         self._c_stacks = {0}
         if meta.start is not None:
             self.call_index(meta.start, [])
+
+    def _stack_bounds(self, initial: int, gvals: list[int]) -> tuple[int, int]:
+        """Where fiber 0's C stack lies: between the ``__stack_low``/``__stack_high`` globals when the module
+        exports them; else below its initial pointer down to the end of the data segments (wasm-ld's layout),
+        or, when the data lies above the stack (``--stack-first``), from 0."""
+        exported = {e.name: gvals[e.index] & MASK32 for e in self.meta.exports if e.kind == ExternKind.GLOBAL}
+        if "__stack_low" in exported and "__stack_high" in exported:
+            return exported["__stack_low"], exported["__stack_high"]
+        ends = [self._eval(s.offset, gvals) + s.size for s in self.meta.data if s.offset is not None]
+        below = [end for end in ends if end <= initial]
+        return (max(below) if below else 0), initial
 
     def _eval(self, expr: ConstExpr, gvals: list[int]) -> int:
         """Evaluate a constant expression (constants, global.get, references and the extended-const arithmetic;
@@ -235,12 +268,12 @@ class Instance:
                 return v & MASK32 if self.meta.globals[g].type in _NARROW else v
         raise CallError(f"no exported global {name!r}")
 
-    def call(self, name: str, *args: int, fiber: int = 0, budget: int = 1 << 62) -> list[int]:
+    def call(self, name: str, *args: int, fiber: int = 0, budget: int = DEFAULT_BUDGET) -> list[int]:
         """Call an exported function to completion (continuing across PENDING); results as Python ints
         (i32/i64 signed; f32/f64 as their raw bits)."""
         return self.call_index(self.export_index(name), list(args), fiber=fiber, budget=budget)
 
-    def call_index(self, index: int, args: list[int], *, fiber: int = 0, budget: int = 1 << 62) -> list[int]:
+    def call_index(self, index: int, args: list[int], *, fiber: int = 0, budget: int = DEFAULT_BUDGET) -> list[int]:
         res = self.start(index, args, fiber=fiber, budget=budget)
         while isinstance(res, Pending):
             if res.yielded and self.on_yield is not None:
@@ -260,7 +293,8 @@ class Instance:
             self._committed_stacks.add(fiber)
         return base
 
-    def start(self, index: int, args: list[int], *, fiber: int = 0, budget: int = 1 << 62) -> list[int] | Pending:
+    def start(self, index: int, args: list[int], *, fiber: int = 0,
+              budget: int = DEFAULT_BUDGET) -> list[int] | Pending:
         """Begin a call on ``fiber``; returns the results, or ``Pending`` with a continuation token."""
         f = self.meta.funcs[index]
         if f.entry is None:
@@ -269,6 +303,12 @@ class Instance:
         params = self.meta.types[f.type].params
         if len(args) != len(params):
             raise CallError(f"{f.name} takes {len(params)} argument(s), got {len(args)}")
+        for k, (t, v) in enumerate(zip(params, args, strict=True)):
+            bits = 32 if t in _NARROW else 64
+            if not -(1 << (bits - 1)) <= v < (1 << bits):  # a signed value or the raw bits of one
+                raise CallError(f"{f.name}: argument {k + 1} ({t}) is {v}, outside [{-(1 << (bits - 1))}, "
+                                f"{(1 << bits) - 1}]")
+        _check_budget(budget)
         rec = self._fiber_rec(fiber)
         if fiber not in self._c_stacks and self.meta.stack_pointer_global is not None:
             self._c_stack(fiber)
@@ -298,11 +338,15 @@ class Instance:
         self.set_u64(ctrl + abi.CTRL_MEM_PAGES, new)
         self.set_u64(ctrl + abi.CTRL_MEM_BYTES, new * abi.WASM_PAGE)
         self.set_u64(ctrl + abi.CTRL_COMMITTED, max(self.u64(ctrl + abi.CTRL_COMMITTED), new * abi.WASM_PAGE))
-        self.set_u64(abi.FIBERS + fiber * abi.FIBER_SIZE + abi.FIBER_STACK_POINTER, new * abi.WASM_PAGE)
+        rec = abi.FIBERS + fiber * abi.FIBER_SIZE
+        self.set_u64(rec + abi.FIBER_STACK_POINTER, new * abi.WASM_PAGE)
+        self.set_u64(rec + abi.FIBER_STACK_LOW, pages * abi.WASM_PAGE)
+        self.set_u64(rec + abi.FIBER_STACK_HIGH, new * abi.WASM_PAGE)
         self._c_stacks.add(fiber)
 
-    def resume(self, token: int, *, budget: int = 1 << 62) -> list[int] | Pending:
+    def resume(self, token: int, *, budget: int = DEFAULT_BUDGET) -> list[int] | Pending:
         """Continue a pending call. A token from before a ``reset`` (or made up) is refused."""
+        _check_budget(budget)
         fiber, gen = token >> 32, token & MASK32
         rec = self._fiber_rec(fiber) if 0 <= fiber < self.fibers else None
         if rec is None or self.u64(rec + abi.FIBER_GENERATION) != gen or \
@@ -317,14 +361,24 @@ class Instance:
         self.set_u64(rec + abi.FIBER_STATE, abi.RETURN_TO_HOST)
 
     def _invoke(self, fiber: int, gen: int, budget: int) -> tuple[int, int]:
-        """One run of the entry program on ``fiber``: (status, detail)."""
-        ctx = struct.pack("<IIQQQQ", fiber, gen, budget, 0, 0, 0)
+        """Runs on ``fiber`` until one ends in something other than PENDING, or ``repeat`` of them have: one
+        BPF_PROG_TEST_RUN whose repeated runs continue the fiber (the packet, which carries the context,
+        persists between them). A caller's own budget gets one run; an open-ended call doubles the runs per
+        syscall while they keep ending PENDING. Returns (status, detail). A split object is started in the
+        program that holds the fiber's next region (any would hand it over, at the cost of a tail call)."""
+        repeat = 1 if budget < DEFAULT_BUDGET else self._repeat
+        ctx = struct.pack("<IIQQQQQQ", fiber, gen, budget, abi.Status.PENDING, 0, 0, 0, 0)
+        prog = self.prog
+        if len(self.programs) > 1:
+            state = self.u64(self._fiber_rec(fiber) + abi.FIBER_STATE) & MASK32
+            prog = self.programs[self.meta.part_of(state & abi.MAX_PHYS)]
         t0 = time.perf_counter_ns()
-        res = self.prog.test_run(data_in=ctx)
+        res = prog.test_run(data_in=ctx, repeat=repeat)
         self.stats.wall_ns += time.perf_counter_ns() - t0
-        _, _, _, status, detail, transitions = struct.unpack("<IIQQQQ", res.data_out[: abi.CTX_SIZE])
+        _, _, _, status, detail, transitions, _, _ = struct.unpack("<IIQQQQQQ", res.data_out[: abi.CTX_SIZE])
         self.stats.invocations += 1
         self.stats.transitions += transitions
+        self._repeat = min(MAX_REPEAT, self._repeat * 2) if status == abi.Status.PENDING else 1
         return status, detail
 
     def _grow(self, needed: int) -> None:
@@ -395,12 +449,25 @@ class Instance:
                 names.append("...")  # deeper frames (a runaway recursion has ~10^5 of them) are not listed
         return names
 
-    def load_stats(self):  # type: ignore[no-untyped-def]
-        return self.prog.stats
+    def run_time_ns(self) -> int:
+        """BPF run time of all the object's programs, as the kernel accounts it (with bpf_stats enabled)."""
+        return sum(p.info().run_time_ns for p in self.programs)
+
+    @property
+    def switches(self) -> int:
+        """Tail calls between the programs of a split object, on all fibers so far."""
+        return sum(self.u64(abi.FIBERS + f * abi.FIBER_SIZE + abi.FIBER_SWITCHES) for f in range(self.fibers))
 
 
-def load(program: ObjectSpec | str | Path, **kw: object) -> Instance:
-    return Instance(program, **kw)  # type: ignore[arg-type]
+def _check_budget(budget: int) -> None:
+    """A run with no transitions allowed makes no progress: it would end PENDING for ever."""
+    if budget < 1:
+        raise CallError(f"a budget must be at least 1 region transition, got {budget}")
+
+
+def load(program: ObjectSpec | str | Path, *, imports: dict[tuple[str, str], int] | None = None,
+         log_level: int = 0) -> Instance:
+    return Instance(program, imports=imports, log_level=log_level)
 
 
 __all__ = ["Instance", "RunStats", "load", "LogLevel", "replace"]

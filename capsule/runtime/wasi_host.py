@@ -20,7 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    from capsule.compiler import Options
+    from capsule.runtime.instance import Instance
 
 # the control block (capsule_io.h)
 IO_MAGIC = 0x4F495343
@@ -119,7 +123,8 @@ class WasiHost:
 
     # -- control block ----------------------------------------------------------------------------------
     def _u32(self, off: int) -> int:
-        return struct.unpack("<I", self.guest.read(self.io + off, 4))[0]
+        value: int = struct.unpack("<I", self.guest.read(self.io + off, 4))[0]
+        return value
 
     def _set_u32(self, off: int, v: int) -> None:
         self.guest.write(self.io + off, struct.pack("<I", v & 0xFFFF_FFFF))
@@ -290,9 +295,11 @@ class WasiHost:
         return code & 0xFF
 
 
-def _isatty(stream: object) -> bool:
+def _isatty(stream: bytes | BinaryIO | None) -> bool:
+    if stream is None or isinstance(stream, bytes):
+        return False
     try:
-        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
+        return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
 
@@ -312,11 +319,11 @@ class KernelGuest:
     out, and raise ``GuestExit`` at capsule.exit.
     """
 
-    def __init__(self, instance) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, instance: Instance) -> None:
         self.inst = instance
 
     @classmethod
-    def from_wasm(cls, wasm: Path, options=None) -> KernelGuest:  # type: ignore[no-untyped-def]
+    def from_wasm(cls, wasm: Path, options: Options | None = None) -> KernelGuest:
         """Compile the module to BPF and load it."""
         from capsule.compiler import compile_module
         from capsule.runtime.instance import Instance

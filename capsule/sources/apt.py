@@ -32,7 +32,7 @@ SYSTEM_ONE_LINE = Path("/etc/apt/sources.list")
 APT_TIMEOUT_S = 600
 
 Progress = Callable[[str], None]
-Runner = Callable[..., subprocess.CompletedProcess]
+Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def _quiet(message: str) -> None:
@@ -68,7 +68,7 @@ def read_sources(deb822: Path, one_line: Path | None = None) -> list[SourceEntry
     except OSError:
         text = ""
     for block in re.split(r"\n\s*\n", text):
-        fields = dict(m.groups() for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", block, re.M))
+        fields = {m[1]: m[2] for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", block, re.M)}
         uris, suites = fields.get("URIs", "").split(), fields.get("Suites", "").split()
         if uris and suites:
             entries.append(SourceEntry(tuple(uris), tuple(suites), tuple(fields.get("Components", "main").split()),
@@ -161,13 +161,14 @@ class PrivateApt:
             raise RegistryUnavailable(f"cannot reach the Debian archive at {uris}: "
                                       f"{last_lines(res.stderr or res.stdout)}")
 
-    def apt_get(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    def apt_get(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """``apt-get`` with the private configuration (quiet, C locale, never interactive)."""
         env = {**os.environ, "LC_ALL": "C", "DEBIAN_FRONTEND": "noninteractive"}
         return self.run(["apt-get", "-q", *self.options(), *args], cwd=cwd, env=env, capture_output=True,
                         text=True, timeout=APT_TIMEOUT_S, check=False)
 
-    def download_source(self, package: str, dest: Path, progress: Progress = _quiet) -> subprocess.CompletedProcess:
+    def download_source(self, package: str, dest: Path,
+                        progress: Progress = _quiet) -> subprocess.CompletedProcess[str]:
         """``apt-get source --download-only PACKAGE`` (``name=version`` pins one) into ``dest``; when it fails
         the lists are refreshed once (a point release may have moved on) and it is tried again. apt fails the
         whole command when one file is missing on the mirror but keeps what it fetched, so the caller judges

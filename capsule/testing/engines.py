@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from capsule.compiler import Options, compile_module
 from capsule.ints import signed
@@ -22,6 +23,9 @@ from capsule.runtime.instance import Instance
 from capsule.runtime.wasi_host import Guest, KernelGuest, WasiError
 from capsule.toolchain.clang import ToolchainError
 from capsule.toolchain.foreign import with_runtime
+
+if TYPE_CHECKING:
+    import wasmtime
 
 ENGINES = ("kernel", "wasmtime")
 
@@ -54,14 +58,19 @@ class WasmtimeGuest:
         linker.define_func("capsule", "random", wasmtime.FuncType([], [i32]), self._random)
         linker.define_func("capsule", "unwind", wasmtime.FuncType([], []), self._unwind)
         for imp in self.module.imports:
-            if imp.module == "env" and imp.name.startswith("invoke_"):  # setjmp/longjmp, see guest/crt/sjlj.c
+            # setjmp/longjmp, see guest/crt/sjlj.c
+            if imp.module == "env" and imp.name and imp.name.startswith("invoke_") and \
+                    isinstance(imp.type, wasmtime.FuncType):
                 linker.define_func("env", imp.name, imp.type, self._invoker(len(imp.type.results)))
             elif imp.module != "capsule":
                 raise WasiError(f"the module imports {imp.module}.{imp.name}: a program built by capsule "
                                 "imports only capsule.yield/exit/clock_ns/random/unwind and env.invoke_*")
         self.instance = linker.instantiate(self.store, self.module)
         exports = self.instance.exports(self.store)
-        self.memory = exports["memory"]
+        memory = exports["memory"]
+        if not isinstance(memory, wasmtime.Memory):
+            raise WasiError("the module's export 'memory' is not a memory")
+        self.memory = memory
         self._exports = exports
 
     def close(self) -> None:
@@ -77,7 +86,11 @@ class WasmtimeGuest:
         """env.invoke_*: call table[fn](args); a longjmp (capsule.unwind) inside returns here as if normally."""
 
         def invoke(fn: int, *args: int) -> object:
-            callee = self._exports["__indirect_function_table"].get(self.store, fn)
+            table = self._exports["__indirect_function_table"]
+            assert isinstance(table, self._wt.Table)  # a module that imports invoke_* exports its table
+            callee = table.get(self.store, fn)
+            if callee is None:
+                raise GuestTrap(f"invoke of table element {fn}, which is null", [])
             try:
                 return callee(self.store, *args)
             except _Unwind:
@@ -104,14 +117,20 @@ class WasmtimeGuest:
             return False
         return True
 
+    def _func(self, name: str) -> wasmtime.Func:
+        f = self._exports[name]
+        if not isinstance(f, self._wt.Func):
+            raise WasiError(f"the module's export {name!r} is not a function")
+        return f
+
     def call(self, name: str, *args: int) -> int:
-        res = self._exports[name](self.store, *args)
+        res = self._func(name)(self.store, *args)
         return 0 if res is None else int(res)
 
     def run_start(self, service: Callable[[], None]) -> int | None:
         self._service = service
         try:
-            self._exports["_start"](self.store)
+            self._func("_start")(self.store)
         except GuestExit as e:
             return e.code
         except self._wt.Trap as e:

@@ -23,7 +23,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from capsule.bpf.spec import ObjectSpec
 from capsule.compiler import CompileError, Options, compile_module
 from capsule.runtime.errors import CallError, GuestRejected, GuestTrap, Pending
 from capsule.runtime.instance import Instance
@@ -32,6 +34,7 @@ from capsule.wasm import (
     FuncType,
     GlobalType,
     Instr,
+    Limits,
     MemoryType,
     Module,
     Op,
@@ -140,12 +143,15 @@ class LinkError(Exception):
 
 # -- values -------------------------------------------------------------------------------------------------
 
+# a wast2json command, action or value: a JSON object, read by key
+JsonObject = dict[str, Any]
+
 _WIDTH = {"i32": 32, "f32": 32, "i64": 64, "f64": 64}
 
 
-def parse_arg(v: dict) -> int:
+def parse_arg(v: JsonObject) -> int:
     """A wast2json argument as the raw bits ``Instance.call`` takes."""
-    t, s = v["type"], v.get("value")
+    t, s = v["type"], v["value"]
     if t in _WIDTH:
         return int(s) & ((1 << _WIDTH[t]) - 1)
     if t in ("funcref", "externref"):
@@ -153,7 +159,7 @@ def parse_arg(v: dict) -> int:
     raise ValueError(f"argument of type {t} (not supported)")
 
 
-def matches(expected: dict, got: int) -> bool:
+def matches(expected: JsonObject, got: int) -> bool:
     """Whether a result (``Instance`` form: signed ints, float bits) is what wast2json expects."""
     t, s = expected["type"], expected.get("value")
     if t in ("funcref", "externref"):
@@ -165,10 +171,11 @@ def matches(expected: dict, got: int) -> bool:
         quiet = ((1 << exp_bits) - 1) << mant | 1 << (mant - 1)
         magnitude = bits & ((1 << (width - 1)) - 1)
         return magnitude == quiet if s == "nan:canonical" else bits & quiet == quiet
+    assert s is not None, expected  # wast2json writes every number's value
     return bits == int(s) & ((1 << width) - 1)
 
 
-def show(values: list[dict]) -> str:
+def show(values: list[JsonObject]) -> str:
     return "(" + ", ".join(f"{v['type']}:{v.get('value')}" for v in values) + ")"
 
 
@@ -204,23 +211,23 @@ def _taint(module: Module, stubbed: dict[int, str]) -> dict[int, str]:
         calls[idx], indirect[idx] = set(), set()
         for ins in f.body:
             if ins.op == Op.CALL:
-                calls[idx].add(ins.imm)  # type: ignore[arg-type]
+                calls[idx].add(ins.imm_as(int))
             elif ins.op == Op.CALL_INDIRECT:
-                indirect[idx].add(module.types[ins.imm[0]])  # type: ignore[index]
+                indirect[idx].add(module.types[ins.imm_pair()[0]])
             elif ins.op == Op.REF_FUNC:
-                referenced.add(ins.imm)  # type: ignore[arg-type]
+                referenced.add(ins.imm_as(int))
     for el in module.elems:
         for expr in el.items:
             if expr and expr[0].op == Op.REF_FUNC:
-                referenced.add(expr[0].imm)  # type: ignore[arg-type]
+                referenced.add(expr[0].imm_as(int))
     for g in module.globals:
         if g.init and g.init[0].op == Op.REF_FUNC:
-            referenced.add(g.init[0].imm)  # type: ignore[arg-type]
+            referenced.add(g.init[0].imm_as(int))
     tainted = dict(stubbed)
     changed = True
     while changed:
         changed = False
-        via_table = {}
+        via_table: dict[FuncType, str] = {}
         for r in sorted(referenced):
             if r in tainted:
                 via_table.setdefault(module.func_type(r), tainted[r])
@@ -236,7 +243,7 @@ def _taint(module: Module, stubbed: dict[int, str]) -> dict[int, str]:
     return tainted
 
 
-def compile_skipping(data: bytes, options: Options) -> tuple[Module, object, dict[int, str]]:
+def compile_skipping(data: bytes, options: Options) -> tuple[Module, ObjectSpec, dict[int, str]]:
     """Compile, replacing each function capsule cannot lower yet (for a skip reason) until it compiles.
 
     Returns (module, object spec, function index -> skip reason for every function that reaches a replaced
@@ -301,7 +308,7 @@ class WastExecutor:
             if e.kind == ExternKind.FUNC and e.index in tainted:
                 loaded.skipped[e.name] = tainted[e.index]
         t0 = time.perf_counter()
-        loaded.instance = Instance(spec, imports=imports)  # type: ignore[arg-type]
+        loaded.instance = Instance(spec, imports=imports)
         report.load_seconds += time.perf_counter() - t0
         self.all.append(loaded)
         return loaded
@@ -320,7 +327,7 @@ class WastExecutor:
                 raise LinkError(f"unknown import {where}")
             if kind != imp.kind:
                 raise LinkError(f"incompatible import type for {where}: {kind.name} given, {imp.kind.name} wanted")
-            want = module.types[imp.desc] if imp.kind == ExternKind.FUNC else imp.desc  # type: ignore[index]
+            want = module.types[imp.desc_as(int)] if imp.kind == ExternKind.FUNC else imp.desc
             if not _import_fits(kind, typ, want):
                 raise LinkError(f"incompatible import type for {where}: {typ} given, {want} wanted")
             if kind == ExternKind.GLOBAL:
@@ -346,7 +353,7 @@ class WastExecutor:
         return self.named.get(name) if name else self.current
 
     # -- actions --------------------------------------------------------------------------------------------
-    def act(self, action: dict) -> list[int]:
+    def act(self, action: JsonObject) -> list[int]:
         """Perform an ``invoke``/``get`` on its module (must be usable: checked by the caller)."""
         target = self.resolve(action.get("module"))
         assert target is not None and target.instance is not None
@@ -356,7 +363,7 @@ class WastExecutor:
         args = [parse_arg(a) for a in action["args"]]
         return _call(inst, action["field"], args)
 
-    def usable(self, action: dict) -> tuple[str, str] | None:
+    def usable(self, action: JsonObject) -> tuple[str, str] | None:
         """Why an action cannot run: ("skipped" | "failed", reason), or None when it can."""
         name = action.get("module")
         target = self.resolve(name)
@@ -371,7 +378,7 @@ class WastExecutor:
         return None
 
     # -- commands -------------------------------------------------------------------------------------------
-    def run(self, commands: list[dict], base: Path, report: ExecReport) -> None:
+    def run(self, commands: list[JsonObject], base: Path, report: ExecReport) -> None:
         for cmd in commands:
             try:
                 self.command(cmd, base, report)
@@ -384,7 +391,7 @@ class WastExecutor:
                     if cmd.get("name"):
                         self.named[cmd["name"]] = self.current
 
-    def command(self, cmd: dict, base: Path, report: ExecReport) -> None:
+    def command(self, cmd: JsonObject, base: Path, report: ExecReport) -> None:
         kind, line = cmd["type"], cmd["line"]
         if kind == "module":
             self.command_module(cmd, base, report)
@@ -403,14 +410,14 @@ class WastExecutor:
         else:
             report.add(line, kind, "failed", f"unknown command {kind}")
 
-    def command_module(self, cmd: dict, base: Path, report: ExecReport) -> None:
+    def command_module(self, cmd: JsonObject, base: Path, report: ExecReport) -> None:
         line = cmd["line"]
         try:
             loaded = self.instantiate((base / cmd["filename"]).read_bytes(), line, report)
         except (WasmError, LinkError, GuestTrap, GuestRejected, CallError) as e:
-            loaded = Loaded(None, None, broken=("failed", f"module at line {line}: {type(e).__name__}: {e}"),
-                            line=line)
-            report.add(line, "module", "failed", loaded.broken[1])  # type: ignore[index]
+            why = f"module at line {line}: {type(e).__name__}: {e}"
+            loaded = Loaded(None, None, broken=("failed", why), line=line)
+            report.add(line, "module", "failed", why)
         else:
             if loaded.broken is not None:
                 report.add(line, "module", *loaded.broken)
@@ -420,7 +427,7 @@ class WastExecutor:
         if cmd.get("name"):
             self.named[cmd["name"]] = loaded
 
-    def command_action(self, cmd: dict, report: ExecReport) -> None:
+    def command_action(self, cmd: JsonObject, report: ExecReport) -> None:
         kind, line, action = cmd["type"], cmd["line"], cmd["action"]
         target = self.resolve(action.get("module"))
 
@@ -456,7 +463,7 @@ class WastExecutor:
         else:
             add("failed", f"{what}: returned {got}, expected trap {cmd.get('text')!r}")
 
-    def command_rejected(self, cmd: dict, base: Path, report: ExecReport) -> None:
+    def command_rejected(self, cmd: JsonObject, base: Path, report: ExecReport) -> None:
         kind, line = cmd["type"], cmd["line"]
         filename = cmd.get("filename", "")
         if cmd.get("module_type") == "text" or filename.endswith(".wat"):
@@ -472,7 +479,7 @@ class WastExecutor:
             return
         report.add(line, kind, "failed", f"accepted, expected {kind.removeprefix('assert_')} ({cmd.get('text')})")
 
-    def command_uninstantiable(self, cmd: dict, base: Path, report: ExecReport) -> None:
+    def command_uninstantiable(self, cmd: JsonObject, base: Path, report: ExecReport) -> None:
         kind, line = cmd["type"], cmd["line"]
         loaded = None
         try:
@@ -510,7 +517,7 @@ def _spectest_export(name: str) -> tuple[ExternKind, object, int]:
     raise LinkError(f"unknown import spectest.{name}")
 
 
-def _limits_fit(given, wanted) -> bool:  # type: ignore[no-untyped-def]
+def _limits_fit(given: Limits, wanted: Limits) -> bool:
     if given.min < wanted.min:
         return False
     if wanted.max is None:
@@ -525,8 +532,10 @@ def _import_fits(kind: ExternKind, given: object, wanted: object) -> bool:
     if kind == ExternKind.GLOBAL:
         return given == wanted
     if kind == ExternKind.TABLE:
-        return given.elem == wanted.elem and _limits_fit(given.limits, wanted.limits)  # type: ignore[attr-defined]
-    return _limits_fit(given.limits, wanted.limits)  # type: ignore[attr-defined]
+        assert isinstance(given, TableType) and isinstance(wanted, TableType)
+        return given.elem == wanted.elem and _limits_fit(given.limits, wanted.limits)
+    assert isinstance(given, MemoryType) and isinstance(wanted, MemoryType)
+    return _limits_fit(given.limits, wanted.limits)
 
 
 def _call(inst: Instance, name: str, args: list[int]) -> list[int]:

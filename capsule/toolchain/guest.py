@@ -42,7 +42,7 @@ C_SUFFIXES = (".c",)
 CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
 DEFAULT_STACK = 1 << 20  # the C shadow stack (wasm-ld's default of 64 KiB overflows ordinary programs)
 DEFAULT_MAX_MEMORY = 1 << 30  # memory.grow fails past this, so malloc returns NULL instead of exhausting the host
-BUILD_VERSION = 1  # bump when the build recipe changes, so old cache entries are not reused
+BUILD_VERSION = 2  # bump when the build recipe changes, so old cache entries are not reused
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,10 @@ def _read_deps(dep: Path) -> list[Path]:
 def _link_flags(user: Sequence[str]) -> list[str]:
     """The flags of the final link: only those that mean something to the linker reach it."""
     keep = [f for f in user if f.startswith(("-l", "-L", "-Wl,", "-O", "-g", "-f", "-m"))]
-    # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through
-    out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table"]
+    # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through; the C stack's
+    # bounds for the runtime, which traps a stack pointer that leaves them (before the stack reaches the data)
+    out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table",
+           "-Wl,--export=__stack_low", "-Wl,--export=__stack_high"]
     if not any("--max-memory" in f for f in user):
         out.append(f"-Wl,--max-memory={DEFAULT_MAX_MEMORY}")
     return out + keep

@@ -94,9 +94,9 @@ def _program_memory(program: Module) -> MemoryType | None:
 
 def _lowest_data(m: Module) -> int | None:
     """The lowest address an active data segment of ``m`` initializes (constant offsets only)."""
-    offsets = [d.offset_expr[0].imm for d in m.datas
+    offsets = [d.offset_expr[0].imm_as(int) for d in m.datas
                if d.offset_expr is not None and d.offset_expr[0].op == Op.I32_CONST]
-    return min((o & 0xFFFF_FFFF for o in offsets), default=None)  # type: ignore[operator]
+    return min((o & 0xFFFF_FFFF for o in offsets), default=None)
 
 
 def _func_type(m: Module, index: int) -> FuncType:
@@ -115,7 +115,7 @@ def link(program: Module, runtime: Module, *, max_pages: int | None = None) -> M
     rmem = [imp for imp in runtime.imports if imp.kind == ExternKind.MEMORY]
     if len(rmem) != 1 or runtime.memories:
         raise LinkError("the runtime module must import exactly one memory and define none")
-    rmin = rmem[0].desc.limits.min  # type: ignore[union-attr]
+    rmin = rmem[0].desc_as(MemoryType).limits.min
     base = runtime_base(program)
     low = _lowest_data(runtime)
     if low is not None and low < base:
@@ -139,7 +139,7 @@ def link(program: Module, runtime: Module, *, max_pages: int | None = None) -> M
     def keep_import(imp: Import, type_index: int) -> int:
         key = (imp.module, imp.name)
         if key in import_at:
-            have = types[imports[import_at[key]].desc]  # type: ignore[index]
+            have = types[imports[import_at[key]].desc_as(int)]
             if have != types[type_index]:
                 raise LinkError(f"{imp.module}.{imp.name} is imported with two types: {have} and {types[type_index]}")
             return import_at[key]
@@ -156,17 +156,17 @@ def link(program: Module, runtime: Module, *, max_pages: int | None = None) -> M
             if target is None:
                 raise LinkError(f"the program imports {imp.module}.{imp.name}, which capsule's WASI runtime does "
                                 "not serve")
-            want, have = program.types[imp.desc], _func_type(runtime, target)  # type: ignore[index]
+            want, have = program.types[imp.desc_as(int)], _func_type(runtime, target)
             if want != have:
                 raise LinkError(f"the program imports {imp.module}.{imp.name} as {want}, but capsule's WASI "
                                 f"runtime serves it as {have}")
             p_funcs.append(("rt", target))
         elif imp.module in SHARED_IMPORT_MODULES:
-            p_funcs.append(keep_import(imp, imp.desc))  # type: ignore[arg-type]
+            p_funcs.append(keep_import(imp, imp.desc_as(int)))
         else:
             raise LinkError(f"the program imports {imp.module}.{imp.name}, which capsule's WASI runtime does not "
                             f"serve (it serves {WASI_MODULE}; programs may also import capsule.*)")
-    r_import_funcs = [keep_import(imp, ntypes + imp.desc) for imp in runtime.imports  # type: ignore[operator]
+    r_import_funcs = [keep_import(imp, ntypes + imp.desc_as(int)) for imp in runtime.imports
                       if imp.kind == ExternKind.FUNC]
     nimp = len(imports)
     p_base = nimp
@@ -278,29 +278,31 @@ def _instr(ins: Instr, r: _Renumber) -> Instr:
         return Instr(Op.CALL, r.memory_calls[0 if op == Op.MEMORY_SIZE else 1], ins.offset)
     kind = IMMEDIATE[op]
     if kind is Imm.FUNC:
-        imm = r.funcs[imm]  # type: ignore[index]
+        imm = r.funcs[ins.imm_as(int)]
     elif kind is Imm.GLOBAL:
-        imm = r.globals[imm]  # type: ignore[index]
+        imm = r.globals[ins.imm_as(int)]
     elif kind is Imm.TABLE:
-        imm = r.tables[imm]  # type: ignore[index]
+        imm = r.tables[ins.imm_as(int)]
     elif kind is Imm.CALL_INDIRECT:
-        t, tab = imm  # type: ignore[misc]
+        t, tab = ins.imm_pair()
         imm = (r.types[t], r.tables[tab])
     elif kind is Imm.ELEM:
-        imm = r.elems[imm]  # type: ignore[index]
+        imm = r.elems[ins.imm_as(int)]
     elif kind is Imm.ELEM_TABLE:
-        e, tab = imm  # type: ignore[misc]
+        e, tab = ins.imm_pair()
         imm = (r.elems[e], r.tables[tab])
     elif kind is Imm.TABLE_TABLE:
-        a, b = imm  # type: ignore[misc]
+        a, b = ins.imm_pair()
         imm = (r.tables[a], r.tables[b])
     elif kind is Imm.DATA:
-        imm = r.datas[imm]  # type: ignore[index]
+        imm = r.datas[ins.imm_as(int)]
     elif kind is Imm.DATA_MEMORY:
-        d, mem = imm  # type: ignore[misc]
+        d, mem = ins.imm_pair()
         imm = (r.datas[d], mem)
-    elif kind is Imm.BLOCK and imm.type_index is not None:  # type: ignore[union-attr]
-        imm = BlockType(type_index=r.types[imm.type_index])  # type: ignore[union-attr]
+    elif kind is Imm.BLOCK:
+        block = ins.imm_as(BlockType)
+        if block.type_index is not None:
+            imm = BlockType(type_index=r.types[block.type_index])
     return Instr(op, imm, ins.offset, ins.end, ins.else_)
 
 
@@ -331,9 +333,9 @@ def _data(d: Data) -> Data:
     return copy.copy(d)
 
 
-def link_program(program: Module, runtime: Module, **kw: object) -> Module:
+def link_program(program: Module, runtime: Module, *, max_pages: int | None = None) -> Module:
     """``link`` and validate the result (a failure there is a bug in the merge, reported as such)."""
-    merged = link(program, runtime, **kw)  # type: ignore[arg-type]
+    merged = link(program, runtime, max_pages=max_pages)
     try:
         validate(merged)
     except WasmError as e:

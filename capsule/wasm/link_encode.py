@@ -93,25 +93,25 @@ def instr(ins: Instr) -> bytes:
     if kind is Imm.NONE:
         return head
     if kind in (Imm.LOCAL, Imm.GLOBAL, Imm.LABEL, Imm.FUNC, Imm.TABLE, Imm.ELEM, Imm.DATA):
-        return head + uleb(imm)  # type: ignore[arg-type]
+        return head + uleb(ins.imm_as(int))
     if kind is Imm.I32:
-        return head + sleb(signed(imm, 32))  # type: ignore[arg-type]
+        return head + sleb(signed(ins.imm_as(int), 32))
     if kind is Imm.I64:
-        return head + sleb(signed(imm, 64))  # type: ignore[arg-type]
+        return head + sleb(signed(ins.imm_as(int), 64))
     if kind is Imm.F32:
-        return head + int(imm).to_bytes(4, "little")  # type: ignore[call-overload]
+        return head + ins.imm_as(int).to_bytes(4, "little")
     if kind is Imm.F64:
-        return head + int(imm).to_bytes(8, "little")  # type: ignore[call-overload]
+        return head + ins.imm_as(int).to_bytes(8, "little")
     if kind is Imm.MEMARG:
         assert isinstance(imm, MemArg)
         return head + uleb(imm.align) + uleb(imm.offset)
     if kind is Imm.MEMORY:
-        return head + uleb(imm)  # type: ignore[arg-type]
+        return head + uleb(ins.imm_as(int))
     if kind is Imm.MEMORY_MEMORY or kind is Imm.CALL_INDIRECT or kind is Imm.ELEM_TABLE or kind is Imm.TABLE_TABLE:
-        a, b = imm  # type: ignore[misc]
+        a, b = ins.imm_pair()
         return head + uleb(a) + uleb(b)
     if kind is Imm.DATA_MEMORY:
-        d, m = imm  # type: ignore[misc]
+        d, m = ins.imm_pair()
         return head + uleb(d) + uleb(m)
     if kind is Imm.BLOCK:
         assert isinstance(imm, BlockType)
@@ -122,9 +122,9 @@ def instr(ins: Instr) -> bytes:
         assert isinstance(imm, BrTable)
         return head + vec([uleb(x) for x in imm.labels]) + uleb(imm.default)
     if kind is Imm.SELECT_T:
-        return head + vec([bytes([t]) for t in imm])  # type: ignore[union-attr]
+        return head + vec([bytes([t]) for t in ins.imm_as(tuple)])
     if kind is Imm.REFTYPE:
-        return head + bytes([imm])  # type: ignore[list-item]
+        return head + bytes([ins.imm_as(ValType)])
     raise AssertionError(f"unhandled immediate kind {kind!r}")  # pragma: no cover
 
 
@@ -203,14 +203,14 @@ def encode(m: Module) -> bytes:
     for imp in m.imports:
         head = name(imp.module) + name(imp.name) + bytes([imp.kind])
         if imp.kind == ExternKind.FUNC:
-            imports.append(head + uleb(imp.desc))  # type: ignore[arg-type]
+            imports.append(head + uleb(imp.desc_as(int)))
         elif imp.kind == ExternKind.TABLE:
-            imports.append(head + table_type(imp.desc))  # type: ignore[arg-type]
+            imports.append(head + table_type(imp.desc_as(TableType)))
         elif imp.kind == ExternKind.MEMORY:
             assert isinstance(imp.desc, MemoryType)
             imports.append(head + limits(imp.desc.limits))
         else:
-            imports.append(head + global_type(imp.desc))  # type: ignore[arg-type]
+            imports.append(head + global_type(imp.desc_as(GlobalType)))
     add(2, imports)
     add(3, [uleb(f.type_index) for f in m.funcs])
     add(4, [table_type(t) for t in m.tables])

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 
 class ValType(IntEnum):
@@ -137,6 +140,19 @@ class Instr:
         imm = "" if self.imm is None else f" {self.imm!r}"
         return f"<{op_name(self.op)}{imm} @{self.offset:#x}{extra}>"
 
+    def imm_as(self, kind: type[_T]) -> _T:
+        """``imm`` as the type its opcode's ``Imm`` kind gives it (``int`` for indices and constants, ``MemArg``,
+        ``BlockType`` ...): the reader guarantees the type, this tells it to a type checker."""
+        imm = self.imm
+        assert isinstance(imm, kind), self
+        return imm
+
+    def imm_pair(self) -> tuple[int, int]:
+        """``imm`` of the kinds that are two indices (``CALL_INDIRECT``, ``DATA_MEMORY``, ``ELEM_TABLE`` ...)."""
+        imm = self.imm
+        assert isinstance(imm, tuple) and len(imm) == 2, self
+        return imm
+
 
 @dataclass
 class Import:
@@ -146,6 +162,12 @@ class Import:
     #: FUNC: type index (int); TABLE: TableType; MEMORY: MemoryType; GLOBAL: GlobalType.
     desc: int | TableType | MemoryType | GlobalType
     offset: int = 0
+
+    def desc_as(self, kind: type[_T]) -> _T:
+        """``desc`` as the type ``kind`` gives it (``int`` for a function): the reader guarantees the type."""
+        desc = self.desc
+        assert isinstance(desc, kind), self
+        return desc
 
 
 @dataclass
@@ -195,7 +217,7 @@ class Elem:
         for expr in self.items:
             first = expr[0]
             if first.op == Op.REF_FUNC:
-                out.append(first.imm)  # type: ignore[arg-type]
+                out.append(first.imm_as(int))
             elif first.op == Op.REF_NULL:
                 out.append(None)
             else:
@@ -250,6 +272,9 @@ class Module:
     def _imported(self, kind: ExternKind) -> list[Import]:
         return [imp for imp in self.imports if imp.kind == kind]
 
+    def _imported_descs(self, kind: ExternKind, desc: type[_T]) -> list[_T]:
+        return [imp.desc_as(desc) for imp in self.imports if imp.kind == kind]
+
     @property
     def num_imported_funcs(self) -> int:
         return sum(1 for imp in self.imports if imp.kind == ExternKind.FUNC)
@@ -260,19 +285,22 @@ class Module:
 
     def func_type_indices(self) -> list[int]:
         """Type index of every function in the function index space."""
-        return [imp.desc for imp in self._imported(ExternKind.FUNC)] + [f.type_index for f in self.funcs]  # type: ignore[misc]
+        return self._imported_descs(ExternKind.FUNC, int) + [f.type_index for f in self.funcs]
 
     def func_type(self, index: int) -> FuncType:
-        return self.types[self.func_type_indices()[index]]
+        imported = self._imported(ExternKind.FUNC)  # a few imports: cheaper than the whole index space
+        if 0 <= index < len(imported):
+            return self.types[imported[index].desc]  # type: ignore[index]
+        return self.types[self.funcs[index - len(imported)].type_index]
 
     def all_tables(self) -> list[TableType]:
-        return [imp.desc for imp in self._imported(ExternKind.TABLE)] + self.tables  # type: ignore[misc]
+        return self._imported_descs(ExternKind.TABLE, TableType) + self.tables
 
     def all_memories(self) -> list[MemoryType]:
-        return [imp.desc for imp in self._imported(ExternKind.MEMORY)] + self.memories  # type: ignore[misc]
+        return self._imported_descs(ExternKind.MEMORY, MemoryType) + self.memories
 
     def all_globals(self) -> list[GlobalType]:
-        return [imp.desc for imp in self._imported(ExternKind.GLOBAL)] + [g.type for g in self.globals]  # type: ignore[misc]
+        return self._imported_descs(ExternKind.GLOBAL, GlobalType) + [g.type for g in self.globals]
 
     def defined_func(self, index: int) -> Function | None:
         """The body of function ``index`` (function index space), or None for an imported function."""

@@ -513,6 +513,7 @@ def _expr(r: _Reader, m: Module) -> list[Instr]:
                 raise UnsupportedError(UNSUPPORTED[code], at)
             else:
                 raise r.fail(f"illegal opcode {code:#04x}", at)
+        imm: object  # what Instr.imm holds for this kind (see opcodes.Imm)
         if kind is Imm.NONE:
             imm = None
         elif kind is Imm.LOCAL or kind is Imm.GLOBAL or kind is Imm.LABEL or kind is Imm.FUNC:

@@ -81,7 +81,7 @@ def validate(m: Module) -> None:
     types = m.types
     ctx = _Context(m, types, [], m.all_tables(), len(m.all_memories()), [], [], 0, set())
     for imp in m.imports:
-        if imp.kind == ExternKind.FUNC and not imp.desc < len(types):  # type: ignore[operator]
+        if imp.kind == ExternKind.FUNC and not imp.desc_as(int) < len(types):
             raise InvalidError(f"unknown type {imp.desc} in import {imp.module}.{imp.name}", imp.offset)
     ctx.funcs = m.func_type_indices()
     for f in m.funcs:
@@ -97,9 +97,9 @@ def validate(m: Module) -> None:
         if exp.kind == ExternKind.FUNC:
             ctx.refs.add(exp.index)
     for expr in [g.init for g in m.globals] + [item for e in m.elems for item in e.items]:
-        ctx.refs.update(i.imm for i in expr if i.op == Op.REF_FUNC)  # type: ignore[misc]
+        ctx.refs.update(i.imm_as(int) for i in expr if i.op == Op.REF_FUNC)
 
-    ctx.globals = [imp.desc for imp in m.imports if imp.kind == ExternKind.GLOBAL]  # type: ignore[misc]
+    ctx.globals = [imp.desc_as(GlobalType) for imp in m.imports if imp.kind == ExternKind.GLOBAL]
     for g in m.globals:
         _check_const(ctx, g.init, g.type.type, "global initializer")
         ctx.globals.append(g.type)
@@ -171,7 +171,7 @@ def _check_const(ctx: _Context, expr: list[Instr], expected: ValType, what: str)
                 f"constant expression required in {what}: {op_name(ins.op)} is not constant", ins.offset
             )
         if ins.op == Op.GLOBAL_GET:
-            index: int = ins.imm  # type: ignore[assignment]
+            index = ins.imm_as(int)
             if index >= len(ctx.globals):
                 raise InvalidError(f"unknown global {index} in {what}", ins.offset)
             if ctx.globals[index].mutable:
@@ -306,14 +306,14 @@ class _Body:
             if sig is not None:
                 if op in NATURAL_ALIGN:
                     self.memory()
-                    arg: MemArg = ins.imm  # type: ignore[assignment]
+                    arg = ins.imm_as(MemArg)
                     if arg.align > NATURAL_ALIGN[op]:
                         raise self.fail(
                             f"alignment must not be larger than natural in {op_name(op)}: "
                             f"2**{arg.align} > {1 << NATURAL_ALIGN[op]}"
                         )
                 elif op >= Op.MEMORY_SIZE:
-                    self.special_plain(op, ins.imm)
+                    self.special_plain(op, ins)
                 params, results = sig
                 for t in reversed(params):
                     # inlined self.pop(t) for the common case
@@ -327,26 +327,26 @@ class _Body:
         if self.frames:
             raise self.fail("unexpected end: missing end")
 
-    def special_plain(self, op: int, imm: object) -> None:
+    def special_plain(self, op: int, ins: Instr) -> None:
         """Index checks for instructions whose stack typing is fixed but which name a memory/table/segment."""
         if op in _MEMORY_OPS:
             self.memory()
             if op == Op.MEMORY_INIT:
-                self.data(imm[0])  # type: ignore[index]
+                self.data(ins.imm_pair()[0])
         elif op == Op.DATA_DROP:
-            self.data(imm)  # type: ignore[arg-type]
+            self.data(ins.imm_as(int))
         elif op == Op.TABLE_SIZE:
-            self.table(imm)  # type: ignore[arg-type]
+            self.table(ins.imm_as(int))
         elif op == Op.ELEM_DROP:
-            self.elem(imm)  # type: ignore[arg-type]
+            self.elem(ins.imm_as(int))
         elif op == Op.TABLE_INIT:
-            seg, table = imm  # type: ignore[misc]
+            seg, table = ins.imm_pair()
             t = self.table(table)
             et = self.elem(seg)
             if t.elem != et:
                 raise self.mismatch(f"a segment of {t.elem}", f"a segment of {et}")
         elif op == Op.TABLE_COPY:
-            dst, src = imm  # type: ignore[misc]
+            dst, src = ins.imm_pair()
             td, ts = self.table(dst), self.table(src)
             if td.elem != ts.elem:
                 raise self.mismatch(f"a source table of {td.elem}", f"{ts.elem}")
@@ -354,17 +354,17 @@ class _Body:
     def control_or_variable(self, op: int, ins: Instr) -> None:
         imm = ins.imm
         if op == Op.LOCAL_GET:
-            self.vals.append(self.local(imm))  # type: ignore[arg-type]
+            self.vals.append(self.local(ins.imm_as(int)))
         elif op == Op.LOCAL_SET:
-            self.pop(self.local(imm))  # type: ignore[arg-type]
+            self.pop(self.local(ins.imm_as(int)))
         elif op == Op.LOCAL_TEE:
-            t = self.local(imm)  # type: ignore[arg-type]
+            t = self.local(ins.imm_as(int))
             self.pop(t)
             self.vals.append(t)
         elif op == Op.GLOBAL_GET:
-            self.vals.append(self.global_(imm).type)  # type: ignore[arg-type]
+            self.vals.append(self.global_(ins.imm_as(int)).type)
         elif op == Op.GLOBAL_SET:
-            g = self.global_(imm)  # type: ignore[arg-type]
+            g = self.global_(ins.imm_as(int))
             if not g.mutable:
                 raise self.fail(f"global is immutable: global.set of global {imm}")
             self.pop(g.type)
@@ -377,7 +377,7 @@ class _Body:
                 )
             self.vals.extend(frame.results)
         elif op in (Op.BLOCK, Op.LOOP, Op.IF):
-            params, results = self.block_type(imm)  # type: ignore[arg-type]
+            params, results = self.block_type(ins.imm_as(BlockType))
             if op == Op.IF:
                 self.pop(ValType.I32)
             self.pop_all(params)
@@ -387,26 +387,26 @@ class _Body:
             self.push_frame(Op.IF, frame.params, frame.results)
             self.frames[-1].has_else = True
         elif op == Op.BR:
-            self.pop_all(self.label(imm))  # type: ignore[arg-type]
+            self.pop_all(self.label(ins.imm_as(int)))
             self.set_unreachable()
         elif op == Op.BR_IF:
-            types = self.label(imm)  # type: ignore[arg-type]
+            types = self.label(ins.imm_as(int))
             self.pop(ValType.I32)
             self.pop_all(types)
             self.vals.extend(types)
         elif op == Op.BR_TABLE:
-            self.br_table(imm)  # type: ignore[arg-type]
+            self.br_table(ins.imm_as(BrTable))
         elif op == Op.RETURN:
             self.pop_all(self.results)
             self.set_unreachable()
         elif op == Op.UNREACHABLE:
             self.set_unreachable()
         elif op == Op.CALL:
-            ft = self.func_type(imm)  # type: ignore[arg-type]
+            ft = self.func_type(ins.imm_as(int))
             self.pop_all(ft.params)
             self.vals.extend(ft.results)
         elif op == Op.CALL_INDIRECT:
-            type_index, table = imm  # type: ignore[misc]
+            type_index, table = ins.imm_pair()
             if self.table(table).elem != ValType.FUNCREF:
                 raise self.mismatch(f"a table of {ValType.FUNCREF}", f"a table of {self.table(table).elem}")
             if type_index >= len(self.ctx.types):
@@ -426,29 +426,29 @@ class _Body:
                 raise self.mismatch(t1, t2)
             self.vals.append(t1 if t1 is not None else t2)
         elif op == Op.SELECT_T:
-            types: tuple[ValType, ...] = imm  # type: ignore[assignment]
-            if len(types) != 1:
-                raise self.fail(f"invalid result arity {len(types)} in typed select")
+            selected: tuple[ValType, ...] = ins.imm_as(tuple)
+            if len(selected) != 1:
+                raise self.fail(f"invalid result arity {len(selected)} in typed select")
             self.pop(ValType.I32)
-            self.pop(types[0])
-            self.pop(types[0])
-            self.vals.append(types[0])
+            self.pop(selected[0])
+            self.pop(selected[0])
+            self.vals.append(selected[0])
         elif op == Op.REF_NULL:
-            self.vals.append(imm)  # type: ignore[arg-type]
+            self.vals.append(ins.imm_as(ValType))
         elif op == Op.REF_IS_NULL:
-            t = self.pop()
-            if t is not None and not t.is_ref:
-                raise self.mismatch("a reference", t)
+            ref = self.pop()
+            if ref is not None and not ref.is_ref:
+                raise self.mismatch("a reference", ref)
             self.vals.append(ValType.I32)
         elif op == Op.REF_FUNC:
-            self.func_type(imm)  # type: ignore[arg-type]
+            self.func_type(ins.imm_as(int))
             if not self.const and imm not in self.ctx.refs:
                 raise self.fail(
                     f"undeclared function reference: ref.func {imm} (not in an elem, export or global)"
                 )
             self.vals.append(ValType.FUNCREF)
         elif op in (Op.TABLE_GET, Op.TABLE_SET, Op.TABLE_GROW, Op.TABLE_FILL):
-            et = self.table(imm).elem  # type: ignore[arg-type]
+            et = self.table(ins.imm_as(int)).elem
             if op == Op.TABLE_GET:
                 self.pop(ValType.I32)
                 self.vals.append(et)
@@ -480,6 +480,6 @@ class _Body:
             popped = []
             for t in reversed(types):
                 popped.append(self.pop(t))
-            self.vals.extend(reversed(popped))  # type: ignore[arg-type]
+            self.vals.extend(reversed(popped))
         self.pop_all(default)
         self.set_unreachable()

@@ -11,30 +11,21 @@ import pytest
 from capsule.bench import integers
 from capsule.bench.integers import KERNELS, TINY, render_table, run_one
 from capsule.cli.bench import add_parsers
+from tests.fds import bpf_fd_count
 
-
-def _bpf_fds() -> int:
-    import os
-
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith("anon_inode:bpf")
-        except OSError:
-            pass
-    return n
+pytestmark = pytest.mark.requires_bpf
 
 
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_kernel_agrees_in_all_three_runtimes(name: str) -> None:
-    before = _bpf_fds()
+    before = bpf_fd_count()
     row = run_one(name, TINY[name], reps=2)
     assert row.error is None, row.error
     assert row.agree, (row.native_result, row.wasmtime_result, row.kernel_result)
     assert len(row.native_ns) == len(row.wasmtime_ns) == len(row.kernel_ns) == 2
     assert all(t > 0 for t in row.kernel_ns)  # bpf_stats really timed the calls
     assert row.invocations >= 1 and row.bpf_insns > 0
-    assert _bpf_fds() == before
+    assert bpf_fd_count() == before
 
 
 def test_known_answers() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import os
 from dataclasses import replace
 
 import pytest
@@ -32,27 +31,7 @@ RUNNABLE = list(GENERATED_KEYS)
 WASM_ROWS = list(PROFILES)
 
 
-def bpf_fds() -> dict[str, str]:
-    """Open fds that are kernel objects (anon inodes: bpf-map, bpf-prog, btf, bpf-stats). Files are left out:
-    matplotlib keeps its font file open in a process-wide cache."""
-    fds = {fd: _target(fd) for fd in os.listdir("/proc/self/fd")}
-    return {fd: t for fd, t in fds.items() if t.startswith("anon_inode:")}
-
-
-@pytest.fixture(autouse=True)
-def no_fd_leak():
-    """Every map, program and BTF fd a test opens is closed by the end of the test."""
-    before = bpf_fds()
-    yield
-    leaked = {fd: t for fd, t in bpf_fds().items() if before.get(fd) != t}
-    assert not leaked, f"file descriptors leaked: {leaked}"
-
-
-def _target(fd: str) -> str:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return "?"
+pytestmark = pytest.mark.usefixtures("no_kernel_fd_leak")  # matplotlib keeps its font file open for good
 
 
 @pytest.fixture
@@ -67,6 +46,7 @@ def load_ok(bench: LoopBench, mech: str, n: int, body: int = 1, **kw) -> Loaded:
     return loaded
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("mech", RUNNABLE)
 def test_every_mechanism_sums_correctly(bench: LoopBench, mech: str) -> None:
     for n in (0, 1, 7, 10_000):
@@ -81,6 +61,7 @@ def test_every_mechanism_sums_correctly(bench: LoopBench, mech: str) -> None:
             loaded.close()
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("mech", RUNNABLE)
 def test_bigger_bodies_sum_body_times(bench: LoopBench, mech: str) -> None:
     loaded = load_ok(bench, mech, 100, body=3)
@@ -91,6 +72,7 @@ def test_bigger_bodies_sum_body_times(bench: LoopBench, mech: str) -> None:
         loaded.close()
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("mech", ["bpf_loop", "iter_num"])
 def test_over_2_pow_23_is_e2big_not_a_sum(bench: LoopBench, mech: str) -> None:
     over = load_ok(bench, mech, BPF_MAX_LOOPS + 1)
@@ -107,6 +89,7 @@ def test_over_2_pow_23_is_e2big_not_a_sum(bench: LoopBench, mech: str) -> None:
         at_cap.close()
 
 
+@pytest.mark.requires_bpf
 def test_constant_bound_too_large_for_the_verifier_is_a_clear_rejection(bench: LoopBench) -> None:
     r = bench.load(generate("plain", 200_000))
     assert isinstance(r, Rejected)
@@ -115,6 +98,7 @@ def test_constant_bound_too_large_for_the_verifier_is_a_clear_rejection(bench: L
     assert r.processed_insns == 1_000_001
 
 
+@pytest.mark.requires_bpf
 def test_constant_bound_is_walked_unknown_bound_is_not(bench: LoopBench) -> None:
     costs = {}
     for mech in ("plain", "may_goto_const", "may_goto_unknown", "bpf_loop", "iter_num"):
@@ -128,6 +112,7 @@ def test_constant_bound_is_walked_unknown_bound_is_not(bench: LoopBench) -> None
         assert costs[mech][0] == costs[mech][1], costs
 
 
+@pytest.mark.requires_bpf
 def test_dispatcher_region_is_verified_once(bench: LoopBench) -> None:
     """A bigger region body adds its own size to the verifier's work once, not once per iteration."""
     one, many = load_ok(bench, "dispatcher", 100, body=1), load_ok(bench, "dispatcher", 100, body=16)
@@ -138,6 +123,7 @@ def test_dispatcher_region_is_verified_once(bench: LoopBench) -> None:
         many.close()
 
 
+@pytest.mark.requires_bpf
 def test_dispatcher_continues_from_the_host(bench: LoopBench) -> None:
     loaded = load_ok(bench, "dispatcher", 10, budget=4)
     try:
@@ -148,6 +134,7 @@ def test_dispatcher_continues_from_the_host(bench: LoopBench) -> None:
         loaded.close()
 
 
+@pytest.mark.requires_bpf
 def test_may_goto_cut_reports_the_iterations_done(bench: LoopBench) -> None:
     loaded = load_ok(bench, "may_goto_unknown", 1 << 30)  # ~0.5 s of work; may_goto cuts it earlier
     try:
@@ -159,6 +146,7 @@ def test_may_goto_cut_reports_the_iterations_done(bench: LoopBench) -> None:
         loaded.close()
 
 
+@pytest.mark.requires_bpf
 def test_bpf_loop_callback_needs_btf_func_info(bench: LoopBench) -> None:
     lp = generate("bpf_loop", 5)
     insns = resolve_refs(ProgramSpec("x", "xdp", ProgType.XDP, lp.insns), {"out": bench.out})
@@ -179,6 +167,7 @@ def test_verdict_never_passes_a_wrong_sum() -> None:
     assert not v.ok and "EINVAL" in v.text
 
 
+@pytest.mark.requires_bpf
 def test_run_loops_report() -> None:
     report = run_loops(50, 2, repeat=2)
     keys = [r.key for r in report.results]
@@ -199,6 +188,7 @@ def test_run_loops_report() -> None:
     json.dumps(report.to_json())
 
 
+@pytest.mark.requires_bpf
 def test_run_loops_reports_the_rejection_for_a_large_constant_bound() -> None:
     report = run_loops(300_000, 1, mechanisms=["plain", "may_goto_unknown"])
     plain, mg = report.result("plain"), report.result("may_goto_unknown")
@@ -222,6 +212,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@pytest.mark.requires_bpf
 def test_cli_table_json_and_plot(tmp_path, capsys) -> None:
     args = _parser().parse_args(["bench", "loops", "--n", "20", "--rounds", "2", "--plot", str(tmp_path / "l.png")])
     assert args.func(args) == 0
@@ -239,6 +230,7 @@ def test_cli_table_json_and_plot(tmp_path, capsys) -> None:
     assert data["published"]["ns_per_iteration"] == {"plain": 2.0, "bpf_loop": 5.0}
 
 
+@pytest.mark.requires_bpf
 def test_scaling_small(tmp_path) -> None:
     sc = run_scaling(ns=(10, 2_000), bodies=(1, 2), body_n=100)
     assert set(sc["vs_n"]) == set(RUNNABLE) == set(sc["limits"])
@@ -253,6 +245,7 @@ def test_scaling_small(tmp_path) -> None:
 
 
 # -- the loop as capsule compiles it from wasm -------------------------------------------------------------
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("key", WASM_ROWS)
 def test_wasm_loop_sums_correctly(key: str) -> None:
     with WasmLoop(key) as wl:
@@ -267,6 +260,7 @@ def test_wasm_loop_sums_correctly(key: str) -> None:
         assert int.from_bytes(mem[8:16], "little") == 100_000 * 99_999 // 2  # the accumulator lives in memory
 
 
+@pytest.mark.requires_bpf
 def test_wasm_loop_dispatcher_profile_continues_from_the_host() -> None:
     """A budget of transitions per invocation: the call goes PENDING and the host continues it."""
     with WasmLoop("wasm_dispatcher") as wl:
@@ -276,6 +270,7 @@ def test_wasm_loop_dispatcher_profile_continues_from_the_host() -> None:
         assert r.text == f"ok ({r.invocations} invocations, 1,001 transitions)"
 
 
+@pytest.mark.requires_bpf
 def test_wasm_loop_verification_cost_does_not_grow_with_a_constant_bound() -> None:
     """The compiler keeps loop bounds unknown to the verifier: the counter is a local in the frame (arena
     memory), so even a constant bound is verified once, unlike the plain loop's (see the test above)."""

@@ -7,7 +7,6 @@ import argparse
 import csv
 import io
 import lzma
-import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -23,6 +22,7 @@ from capsule.cli.bench import add_parsers
 from capsule.opt.passes import DEFAULT_PASSES
 from capsule.sources.apt import PrivateApt
 from tests.clang import CORPUS, compile_bpf
+from tests.fds import open_fds
 
 LOCAL = ["xdp_parse", "unaligned", "tc_switch", "socket_ldabs", "subprogs", "maps_ringbuf"]
 
@@ -33,17 +33,6 @@ char LICENSE[] SEC("license") = "GPL";
 SEC("fentry/do_nanosleep")
 int on_sleep(void *ctx) { return 0; }
 """
-
-
-def _fds() -> int:
-    """Open kernel-object fds (BPF programs, maps, BTF): matplotlib keeps font files open for good."""
-    n = 0
-    for x in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{x}").startswith("anon_inode:")
-        except OSError:
-            pass
-    return n
 
 
 def _run_cli(argv: list[str]) -> tuple[int, str]:
@@ -63,12 +52,14 @@ def local_objects() -> list[str]:
 @pytest.fixture(scope="module")
 def bench_run(local_objects: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("bench")
-    before = _fds()
+    before = open_fds(kernel_only=True)
     rc, text = _run_cli(["bench", "opt", "--objects", *local_objects, "--csv", str(out / "o.csv"),
                          "--plot", str(out / "o.png")])
-    return {"rc": rc, "text": text, "csv": out / "o.csv", "png": out / "o.png", "fds": (before, _fds())}
+    after = open_fds(kernel_only=True)
+    return {"rc": rc, "text": text, "csv": out / "o.csv", "png": out / "o.png", "fds": (before, after)}
 
 
+@pytest.mark.requires_bpf
 def test_table_csv_plot_produced(bench_run: dict) -> None:
     assert bench_run["rc"] == 0
     text = bench_run["text"]
@@ -82,6 +73,7 @@ def test_table_csv_plot_produced(bench_run: dict) -> None:
     assert after == before, "the benchmark leaked file descriptors"
 
 
+@pytest.mark.requires_bpf
 def test_csv_consistent(bench_run: dict) -> None:
     rows = list(csv.DictReader(bench_run["csv"].open()))
     assert len(rows) >= len(LOCAL)
@@ -99,11 +91,12 @@ def test_csv_consistent(bench_run: dict) -> None:
     assert sum(int(r["ni_before"]) - int(r["ni_after"]) for r in rows) > 0, "the optimiser saved nothing at all"
 
 
+@pytest.mark.requires_bpf
 def test_not_loadable_measured_on_ni_only() -> None:
     spec = read_object(compile_bpf(NOT_LOADABLE, mcpu="v3"))
-    before = _fds()
+    before = open_fds(kernel_only=True)
     rows = measure_object(spec, "t", "fentry", "v3", ["constprop", "peephole"], check=True)
-    assert _fds() == before
+    assert open_fds(kernel_only=True) == before
     (row,) = rows
     assert not row.loadable and row.status.startswith("not loadable")
     assert row.npi_before is None and row.ni_after <= row.ni_before

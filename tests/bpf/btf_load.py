@@ -8,6 +8,7 @@ import os
 _SYS_BPF = 321  # x86-64
 _BPF_BTF_LOAD = 18
 _libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall  # by name, so the requires_bpf guard (tests/conftest.py) can stand in for it
 
 
 class _Attr(ctypes.Structure):
@@ -26,7 +27,7 @@ def kernel_accepts_btf(data: bytes) -> tuple[bool, str]:
     buf = ctypes.create_string_buffer(data, len(data))
     log = ctypes.create_string_buffer(1 << 16)
     attr = _Attr(ctypes.addressof(buf), ctypes.addressof(log), len(data), len(log), 1)
-    fd = _libc.syscall(_SYS_BPF, _BPF_BTF_LOAD, ctypes.byref(attr), ctypes.sizeof(attr))
+    fd = _syscall(_SYS_BPF, _BPF_BTF_LOAD, ctypes.byref(attr), ctypes.sizeof(attr))
     if fd >= 0:
         os.close(fd)
         return True, ""

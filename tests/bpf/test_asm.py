@@ -335,11 +335,33 @@ def _far_program(first: Insn) -> Builder:
     return b
 
 
-def test_out_of_range_conditional_jump_is_an_error() -> None:
+def test_far_conditional_jump_takes_the_long_form() -> None:
+    """Beyond 16 bits a conditional jump becomes the inverted condition over a gotol; jset and may_goto, which
+    have no inverse, become the jump, a ja over the gotol, and the gotol. Each still lands on its target."""
+    out = _far_program(jmp(Jmp.JEQ, R1, 0, "far")).assemble()
+    assert out[0].code & 0xF0 == Jmp.JNE and out[0].off == 1 and out[1].is_gotol
+    assert 2 + out[1].imm == len(out) - 1  # the gotol reaches the exit
+    for first in (jmp(Jmp.JSET, R1, 4, "far"), may_goto("far")):
+        out = _far_program(first).assemble()
+        assert out[0].off == 1 and out[1].code == Jmp.JA | 0x05 and out[1].off == 1 and out[2].is_gotol
+        assert 3 + out[2].imm == len(out) - 1
     with pytest.raises(AsmError, match="16-bit"):
-        _far_program(jmp(Jmp.JEQ, R1, 0, "far")).assemble()
-    with pytest.raises(AsmError, match="16-bit"):
-        _far_program(may_goto("far")).assemble()
+        _far_program(jmp(Jmp.JEQ, R1, 0, "far")).assemble(relax=False)
+
+
+def test_jump_spanning_kernel_rewrites_keeps_a_margin() -> None:
+    """A jump within 16 bits that spans instructions the verifier expands (may_goto, division by a register) is
+    widened before the expansion could push it out of range ("cannot be patched due to 16-bit range")."""
+    b = Builder()
+    b.emit(jmp(Jmp.JEQ, R1, 0, "far"))
+    for _ in range(500):
+        b.emit(may_goto(1), mov(R0, 0))
+    for _ in range(31000):
+        b.emit(mov(R0, 0))
+    b.label("far")
+    b.emit(exit_())
+    out = b.assemble()
+    assert out[1].is_gotol  # 32,000 slots, in range, but not with 8 more for each of 500 may_gotos
 
 
 def test_out_of_range_ja_becomes_gotol() -> None:

@@ -150,6 +150,7 @@ def test_vmlinux_roundtrip(vmlinux: BTF) -> None:
 
 
 # -- building ---------------------------------------------------------------------------------------------
+@pytest.mark.requires_bpf
 def test_builder_roundtrip_and_kernel_load() -> None:
     b = BTF()
     i32 = b.add_int("int", 4, signed=True)
@@ -184,6 +185,7 @@ def test_string_table_reuses_and_appends() -> None:
         s.get(100)
 
 
+@pytest.mark.requires_bpf
 def test_copy_type_from_vmlinux(vmlinux: BTF) -> None:
     b = BTF()
     f = vmlinux.find("bpf_arena_alloc_pages", Kind.FUNC)
@@ -218,6 +220,7 @@ def test_parse_truncated_types(kinds_btf: BTF) -> None:
 
 
 # -- kernel fix-ups ---------------------------------------------------------------------------------------
+@pytest.mark.requires_bpf
 def test_for_kernel_makes_object_btf_loadable() -> None:
     """Raw clang BTF with kfunc externs is refused by the kernel; for_kernel's output is accepted."""
     btf_data, _ = sections(compile_bpf(INPUTS / "kfunc_arena.c"))
@@ -238,6 +241,7 @@ def test_for_kernel_makes_object_btf_loadable() -> None:
     assert btf.encode() == btf_data
 
 
+@pytest.mark.requires_bpf
 def test_for_kernel_on_all_clang_objects() -> None:
     for obj in objects():
         with open(obj, "rb") as f:

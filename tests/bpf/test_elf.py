@@ -280,6 +280,7 @@ def test_kfunc_btf_is_in_object() -> None:
     assert isinstance(f, Func)
 
 
+@pytest.mark.requires_bpf
 def test_object_btf_for_kernel_is_accepted_without_fd_leaks() -> None:
     """What the loader will do: read an object, then BPF_BTF_LOAD ``spec.btf.for_kernel()``."""
     import os

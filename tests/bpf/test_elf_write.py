@@ -111,6 +111,7 @@ def test_shared_subprograms_written_once(tmp_path: Path) -> None:
     assert elf.get_section_by_name(".text")["sh_size"] == (6 + 4) * 8  # global_add + mix, once each
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("name", ROUNDTRIP + ["example"])
 def test_rewritten_clang_objects_load_with_bpftool(name: str, tmp_path: Path) -> None:
     src = EXAMPLE if name == "example" else INPUTS / f"{name}.c"
@@ -123,6 +124,7 @@ def test_rewritten_clang_objects_load_with_bpftool(name: str, tmp_path: Path) ->
     bpftool_btf_dump(out)
 
 
+@pytest.mark.requires_bpf
 def test_corpus_rewrites_load(tmp_path: Path) -> None:
     """Every corpus object that libbpf loads as clang wrote it also loads after a capsule read/write."""
     checked = 0
@@ -225,6 +227,7 @@ def test_scratch_object_reads_back(tmp_path: Path) -> None:
     assert kf.linkage == Linkage.EXTERN and len(again.btf.type_by_id(kf.type).params) == 5
 
 
+@pytest.mark.requires_bpf
 def test_scratch_object_loads_with_bpftool(tmp_path: Path) -> None:
     out = tmp_path / "scratch.o"
     write_object(scratch_spec(), out)
@@ -233,6 +236,7 @@ def test_scratch_object_loads_with_bpftool(tmp_path: Path) -> None:
     assert "DATASEC '.maps'" in dump and "FUNC 'count'" in dump and "DATASEC '.rodata'" in dump
 
 
+@pytest.mark.requires_bpf
 def test_global_subprogram_with_btf(tmp_path: Path) -> None:
     """A code generator's global function: its FUNC/FUNC_PROTO (named scalar params) come from spec.btf."""
     from capsule.bpf.btf import BTF
@@ -275,6 +279,7 @@ def test_bad_references_are_reported() -> None:
         object_bytes(spec)
 
 
+@pytest.mark.requires_bpf
 def test_extra_sections_roundtrip_and_still_load(tmp_path: Path) -> None:
     """Non-allocated ``.capsule*`` sections (the compiler's metadata) survive write/read and do not bother libbpf."""
     spec = scratch_spec()

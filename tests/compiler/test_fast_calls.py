@@ -16,6 +16,8 @@ from capsule.wasm import load
 
 from .diff_harness import Pair, build_source
 
+pytestmark = pytest.mark.requires_bpf
+
 SOURCE = r"""
 __attribute__((noinline)) static unsigned grow_one(void) { return __builtin_wasm_memory_grow(0, 1); }
 

@@ -12,6 +12,8 @@ from capsule.wasm import load
 
 from .diff_harness import build_source
 
+pytestmark = pytest.mark.requires_bpf
+
 SOURCE = r"""
 void poke(unsigned addr, unsigned v) { *(volatile unsigned *)addr = v; }
 unsigned peek(unsigned addr) { return *(volatile unsigned *)addr; }

@@ -4,6 +4,7 @@ that must start at zero on every inlined call, and several parameters and result
 
 from __future__ import annotations
 
+import pytest
 import wasmtime
 
 from capsule.compiler import Options, compile_module
@@ -49,6 +50,7 @@ def test_inlined_module_validates_and_removes_the_calls() -> None:
     assert len(run.locals) > len(m.funcs[-1].locals)
 
 
+@pytest.mark.requires_bpf
 def test_inlined_and_plain_agree_with_wasmtime() -> None:
     data = wat(WAT)
     store = wasmtime.Store()

@@ -39,6 +39,7 @@ def inst():
         yield i
 
 
+@pytest.mark.requires_bpf
 def test_yield_reaches_the_host_each_time_and_resumes(inst: Instance) -> None:
     seen: list[int] = []
     inst.on_yield = lambda i, fiber: seen.append(int.from_bytes(i.mem[16:20], "little"))
@@ -49,6 +50,7 @@ def test_yield_reaches_the_host_each_time_and_resumes(inst: Instance) -> None:
     assert seen == [1, 2, 3, 4]  # the guest's store before each yield is visible to the host
 
 
+@pytest.mark.requires_bpf
 def test_yield_is_a_pending_with_a_token(inst: Instance) -> None:
     res = inst.start(inst.export_index("count"), [2])
     assert isinstance(res, Pending) and res.yielded
@@ -57,6 +59,7 @@ def test_yield_is_a_pending_with_a_token(inst: Instance) -> None:
     assert inst.resume(res.token) == [2]
 
 
+@pytest.mark.requires_bpf
 def test_exit_ends_the_call_and_frees_the_fiber(inst: Instance) -> None:
     with pytest.raises(GuestExit) as e:
         inst.call("bye", -3)
@@ -64,6 +67,7 @@ def test_exit_ends_the_call_and_frees_the_fiber(inst: Instance) -> None:
     assert inst.call("count", 1) == [1]
 
 
+@pytest.mark.requires_bpf
 def test_clocks_agree_with_the_host(inst: Instance) -> None:
     assert abs(inst.call("now", 0)[0] - time.time_ns()) < 50_000_000
     assert abs(inst.call("now", 1)[0] - time.monotonic_ns()) < 50_000_000
@@ -71,6 +75,7 @@ def test_clocks_agree_with_the_host(inst: Instance) -> None:
     assert b >= a
 
 
+@pytest.mark.requires_bpf
 def test_random_varies(inst: Instance) -> None:
     assert len({inst.call("rnd")[0] for _ in range(8)}) > 1
 

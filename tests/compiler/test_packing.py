@@ -11,6 +11,8 @@ from capsule.runtime import Instance
 from capsule.wasm import load
 from tests.wasm.wasm_build import compile_c
 
+pytestmark = pytest.mark.requires_bpf
+
 
 def _source(n: int) -> str:
     """n functions, each a switch over its argument that calls the next one: a chain through every function."""

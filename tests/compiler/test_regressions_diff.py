@@ -12,6 +12,8 @@ from capsule.compiler import Options
 
 from .diff_harness import Pair, bpf_fds
 
+pytestmark = pytest.mark.requires_bpf
+
 # memory.address(): a load whose address sits deep in the operand stack (slot >= 7, homed in the frame) was
 # read into T1, which checked mode then overwrote with the memory limit: the load read at the limit instead.
 # Here the table index of a 12-argument call_indirect is loaded at operand height 12.

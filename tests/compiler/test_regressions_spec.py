@@ -17,6 +17,8 @@ from capsule.runtime import GuestTrap, Instance
 from capsule.runtime.instance import BACKTRACE_DEPTH
 from capsule.wasm import load
 
+pytestmark = pytest.mark.requires_bpf
+
 
 def wat(tmp_path: Path, text: str) -> bytes:
     src, out = tmp_path / "m.wat", tmp_path / "m.wasm"

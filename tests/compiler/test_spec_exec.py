@@ -59,6 +59,7 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("wast", SCRIPTS, ids=[w.stem for w in SCRIPTS])
 def test_spec_file(wast: Path, record_property: pytest.RecordProperty) -> None:
     fds = _open_fds()
@@ -100,6 +101,7 @@ def test_values_compare_bits_and_nan_classes() -> None:
     assert not matches({"type": "f64", "value": "nan:arithmetic"}, 0x7FF0_0000_0000_0001)
 
 
+@pytest.mark.requires_bpf
 def test_failures_are_reported_not_hidden(tmp_path: Path) -> None:
     """A wrong expectation, a wrong trap text, a missing trap and an undeclared import all fail; float
     arithmetic runs (soft-float)."""
@@ -126,6 +128,7 @@ def test_failures_are_reported_not_hidden(tmp_path: Path) -> None:
     assert status[9][0] == "failed" and "unknown import" in status[9][1]
 
 
+@pytest.mark.requires_bpf
 def test_linking_registering_and_instantiation_failures(tmp_path: Path) -> None:
     """register/named modules/get, spectest globals, import matching, and traps during instantiation."""
     wast = tmp_path / "link.wast"

@@ -29,6 +29,8 @@ from capsule.bpf.asm import (
 from capsule.bpf.opcodes import Jmp
 from capsule.kernel import Arena, MapType, ProgFlags, Program, ProgType
 
+pytestmark = pytest.mark.requires_bpf
+
 PAGE = mmap.PAGESIZE
 
 

@@ -15,6 +15,8 @@ from capsule.kernel.collection import Collection, LoadError
 from capsule.kernel.errors import VerifierError
 from tests.clang import CORPUS, compile_bpf
 
+pytestmark = pytest.mark.requires_bpf
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "capsule" / "examples"
 
 

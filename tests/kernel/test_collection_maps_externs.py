@@ -28,6 +28,7 @@ INPUTS = Path(__file__).resolve().parents[1] / "bpf" / "elf_inputs"
 PACKET = bytes(64)
 
 
+@pytest.mark.requires_bpf
 def test_legacy_maps_load_and_work() -> None:
     spec = read_object(compile_bpf(INPUTS / "legacy_maps.c"))
     with Collection.load(spec) as coll:
@@ -41,6 +42,7 @@ def test_legacy_maps_load_and_work() -> None:
         assert m["flows"].info().map_flags == 1
 
 
+@pytest.mark.requires_bpf
 def test_map_in_map_slots_and_inner_template() -> None:
     spec = read_object(compile_bpf(INPUTS / "map_in_map.c"))
     with Collection.load(spec) as coll:
@@ -60,6 +62,7 @@ def test_map_in_map_slots_and_inner_template() -> None:
             assert coll.programs["through_outer"].test_run(PACKET).retval == 3
 
 
+@pytest.mark.requires_bpf
 def test_map_in_map_slot_with_a_map_of_another_shape_is_refused() -> None:
     # the template comes from the outer map's __array(values, ...): a slot map of another shape is refused
     spec = read_object(compile_bpf(INPUTS / "map_in_map.c"))
@@ -69,6 +72,7 @@ def test_map_in_map_slot_with_a_map_of_another_shape_is_refused() -> None:
         create_maps(bad, None)
 
 
+@pytest.mark.requires_bpf
 def test_program_array_slots_are_filled_with_loaded_programs() -> None:
     spec = read_object(compile_bpf(INPUTS / "map_in_map.c"))
     with Collection.load(spec) as coll:
@@ -77,6 +81,7 @@ def test_program_array_slots_are_filled_with_loaded_programs() -> None:
         assert coll.programs["entry"].test_run(PACKET).retval == 7
 
 
+@pytest.mark.requires_bpf
 def test_externs_take_the_running_kernels_values() -> None:
     spec = read_object(compile_bpf(INPUTS / "externs.c"))
     with Collection.load(spec) as coll:
@@ -157,6 +162,7 @@ def test_kernel_version_caps_the_patch_level() -> None:
     assert kernel_version("7.0") == 7 << 16
 
 
+@pytest.mark.requires_bpf
 def test_ring_buffers_are_sized_like_libbpf() -> None:
     assert [_ringbuf_size(n) for n in (0, 1, 4096, 4097, 8192, 12288, 65536)] == [
         0, 4096, 4096, 8192, 8192, 16384, 65536]
@@ -198,6 +204,7 @@ char LICENSE[] SEC("license") = "GPL";
 """
 
 
+@pytest.mark.requires_bpf
 def test_libbpf_sections_load_and_question_marks_wait() -> None:
     spec = read_object(compile_bpf(SECTIONS))
     with Collection.load(spec) as coll:
@@ -208,6 +215,7 @@ def test_libbpf_sections_load_and_question_marks_wait() -> None:
         Collection.load(spec, programs=["later"])
 
 
+@pytest.mark.requires_bpf
 def test_kprobe_session_needs_its_attach_type() -> None:
     src = """#include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -224,6 +232,7 @@ char LICENSE[] SEC("license") = "GPL";
         Collection.load(plain)
 
 
+@pytest.mark.requires_bpf
 def test_naked_functions_btf_loads() -> None:
     src = """#include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>

@@ -17,6 +17,8 @@ from capsule.opt.pipeline import make_passes, optimize_object
 from tests.clang import compile_bpf
 from tests.opt.test_data_sections import SOURCE
 
+pytestmark = pytest.mark.requires_bpf
+
 PACKET = bytes(64)
 XDP_DROP, XDP_PASS = 1, 2
 

@@ -30,6 +30,7 @@ def elf_section(path, name: str) -> bytes:
         return ELFFile(f).get_section_by_name(name).data()
 
 
+@pytest.mark.requires_bpf
 def test_load_tiny_btf():
     with load_btf(tiny_btf()) as fd:
         info = btf_info(fd)
@@ -38,6 +39,7 @@ def test_load_tiny_btf():
             assert btf_info(again).id == info.id
 
 
+@pytest.mark.requires_bpf
 def test_bad_btf_explains_itself():
     with pytest.raises(BTFLoadError) as ei:
         load_btf(tiny_btf(bits=64))  # 64 bits do not fit a 4-byte int
@@ -57,6 +59,7 @@ __attribute__((section("socket"), used)) int keep_len(struct __sk_buff *skb) { r
 """
 
 
+@pytest.mark.requires_bpf
 def test_program_with_btf_and_func_info():
     obj = compile_bpf(KEEP_LEN)
     blob = elf_section(obj, ".BTF")
@@ -75,6 +78,7 @@ def test_program_with_btf_and_func_info():
         assert ei.value.errno == errno.EINVAL and "func" in ei.value.reason.lower()
 
 
+@pytest.mark.requires_bpf
 def test_clang_btf_with_unfixed_datasec_is_refused_with_reason():
     blob = elf_section(compile_bpf(CORPUS / "socket_ldabs.c"), ".BTF")  # DATASEC "license" of size 0
     with pytest.raises(BTFLoadError) as ei:

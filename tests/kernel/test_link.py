@@ -17,6 +17,8 @@ from capsule.bpf.opcodes import Alu, Atomic, Jmp
 from capsule.kernel import Link, Map, MapType, Program, ProgType, XDPAction, XDPFlags, run_in_netns
 from capsule.kernel.consts import Helper, LinkType
 
+pytestmark = pytest.mark.requires_bpf
+
 ETH_P_TEST = 0x88B5  # IEEE local experimental EtherType
 
 

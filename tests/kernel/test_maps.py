@@ -33,6 +33,8 @@ from capsule.bpf.spec import MapSpec
 from capsule.kernel import BPFError, Map, MapFlags, MapType, Program, ProgType, VerifierError, possible_cpus
 from capsule.kernel.consts import Helper, UpdateFlags
 
+pytestmark = pytest.mark.requires_bpf
+
 LOOKUP, UPDATE, TAIL_CALL = int(Helper.MAP_LOOKUP_ELEM), int(Helper.MAP_UPDATE_ELEM), int(Helper.TAIL_CALL)
 
 

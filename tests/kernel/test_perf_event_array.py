@@ -3,11 +3,15 @@ per possible CPU, as libbpf sizes it; the kernel refuses a size of 0 with EINVAL
 
 from __future__ import annotations
 
+import pytest
+
 from capsule.bpf.elf import read_object
 from capsule.bpf.uapi import MapType
 from capsule.kernel import possible_cpus
 from capsule.kernel.collection import Collection
 from tests.clang import compile_bpf
+
+pytestmark = pytest.mark.requires_bpf
 
 SOURCE = r"""
 #include <linux/bpf.h>

@@ -30,6 +30,7 @@ def xdp_drop_ipv6() -> list:
     return b.assemble()
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("ptype", [ProgType.XDP, ProgType.SYSCALL, ProgType.SOCKET_FILTER, ProgType.SCHED_CLS,
                                    ProgType.TRACEPOINT, ProgType.RAW_TRACEPOINT])
 def test_each_type_loads(ptype):
@@ -43,6 +44,7 @@ def test_each_type_loads(ptype):
     assert p.closed
 
 
+@pytest.mark.requires_bpf
 def test_xdp_pass_or_drop_by_packet_bytes():
     with Program.load(ProgType.XDP, xdp_drop_ipv6(), name="drop6") as p:
         assert p.test_run(ether(ethertype=0x86DD)).retval == XDPAction.DROP
@@ -53,11 +55,13 @@ def test_xdp_pass_or_drop_by_packet_bytes():
         assert r.retval == XDPAction.DROP and r.duration_ns >= 0
 
 
+@pytest.mark.requires_bpf
 def test_insns_as_bytes():
     with Program.load(ProgType.XDP, encode([mov(R0, 3), exit_()])) as p:
         assert p.test_run(ether()).retval == 3
 
 
+@pytest.mark.requires_bpf
 def test_socket_filter_ld_abs():
     # classic packet loads: return the IPv4 protocol byte. For SOCKET_FILTER test runs the kernel consumes
     # the Ethernet header (eth_type_trans), so offsets count from the network header.
@@ -67,6 +71,7 @@ def test_socket_filter_ld_abs():
         assert p.test_run(ether(ipv4_udp(53, proto=6))).retval == 6
 
 
+@pytest.mark.requires_bpf
 def test_socket_filter_compiled_from_c():
     obj = compile_bpf(CORPUS / "socket_ldabs.c")
     code = section_bytes(obj, "socket")
@@ -84,6 +89,7 @@ def test_socket_filter_compiled_from_c():
         assert p.test_run(wrapped(ether(ipv4_udp(53), ethertype=0x86DD))).retval == 0  # not IPv4
 
 
+@pytest.mark.requires_bpf
 def test_sched_cls_with_skb_context():
     # return skb->mark + skb->len
     insns = [ldx(4, R0, R1, 8), ldx(4, R2, R1, 0), alu(Alu.ADD, R0, R2), exit_()]
@@ -97,6 +103,7 @@ def test_sched_cls_with_skb_context():
         assert struct.unpack_from("<I", r.ctx_out, 8)[0] == 1000  # the fields the kernel copies back
 
 
+@pytest.mark.requires_bpf
 def test_syscall_program_reads_and_writes_its_context():
     # ctx = {u32 a, u32 b, u64 sum}: sum = a + b, return a * b
     insns = [ldx(4, R2, R1, 0), ldx(4, R3, R1, 4), mov(R4, R2), alu(Alu.ADD, R4, R3), stx(8, R1, 8, R4),
@@ -109,12 +116,14 @@ def test_syscall_program_reads_and_writes_its_context():
             p.test_run(ctx_in=bytes(16), repeat=10)
 
 
+@pytest.mark.requires_bpf
 def test_retval_signed():
     with Program.load(ProgType.SYSCALL, [mov(R0, -5), exit_()], prog_flags=ProgFlags.SLEEPABLE) as p:
         r = p.test_run(ctx_in=bytes(8))
         assert r.retval == (1 << 32) - 5 and r.retval_signed == -5
 
 
+@pytest.mark.requires_bpf
 def test_info_and_xlated():
     insns = xdp_drop_ipv6()
     with Program.load(ProgType.XDP, insns, name="info_me", log_level=LogLevel.BRANCHES) as p:
@@ -131,6 +140,7 @@ def test_info_and_xlated():
             assert again.type == ProgType.XDP
 
 
+@pytest.mark.requires_bpf
 def test_bpf_stats_counts_runs():
     with Program.load(ProgType.XDP, xdp_drop_ipv6(), name="stats") as p:
         p.test_run(ether(), repeat=100)
@@ -151,6 +161,7 @@ def test_bad_arguments():
         Program.load(ProgType.XDP, b"\0" * 12)
 
 
+@pytest.mark.requires_bpf
 def test_non_gpl_program_cannot_use_gpl_helpers():
     from capsule.bpf.asm import call_helper
     from capsule.kernel import VerifierError
@@ -163,3 +174,28 @@ def test_non_gpl_program_cannot_use_gpl_helpers():
         trace_printk = 6
         Program.load(ProgType.XDP, [call_helper(trace_printk), mov(R0, 0), exit_()], license="Proprietary")
     assert "GPL" in ei.value.reason or "gpl" in ei.value.log
+
+
+@pytest.mark.requires_bpf
+@pytest.mark.parametrize("cond", [(Jmp.JEQ, 7), (Jmp.JSET, 4)])
+def test_far_conditional_jumps_run_in_the_kernel(cond):
+    """The long forms of a conditional jump beyond 16 bits (``asm.resolve``) verify and go where they should,
+    taken and not taken, through 40,000 instructions of the not-taken path."""
+    op, imm = cond
+    b = Builder()
+    b.emit(ldx(4, R2, R1, 0), ldx(4, R3, R1, 4), mov(R4, R2), alu(Alu.ADD, R4, 1))
+    b.emit(jmp(Jmp.JGT, R4, R3, "short"), ldx(1, R5, R2, 0), mov(R0, 0))
+    b.emit(jmp(op, R5, imm, "far"))
+    for _ in range(40000):
+        b.emit(alu(Alu.ADD, R0, 1))
+    b.emit(mov(R0, int(XDPAction.PASS)), exit_())
+    b.label("far")
+    b.emit(mov(R0, int(XDPAction.DROP)), exit_())
+    b.label("short")
+    b.emit(mov(R0, int(XDPAction.ABORTED)), exit_())
+    insns = b.assemble()
+    assert any(i.is_gotol for i in insns)
+    with Program.load(ProgType.XDP, insns, name="far") as p:
+        taken = bytes([7 if op == Jmp.JEQ else 4]) + bytes(13)
+        assert p.test_run(taken).retval == XDPAction.DROP
+        assert p.test_run(bytes([2]) + bytes(13)).retval == XDPAction.PASS

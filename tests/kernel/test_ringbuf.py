@@ -57,6 +57,7 @@ def expected(tag: int, length: int) -> bytes:
     return struct.pack("<Q", tag)[:length].ljust(length, b"\0")
 
 
+@pytest.mark.requires_bpf
 def test_records_from_a_program():
     with create_ringbuf(4096, "rb") as rb, output_program(rb) as p, RingBuffer(rb) as ring:
         assert ring.consume() == [] and ring.available() == 0
@@ -71,6 +72,7 @@ def test_records_from_a_program():
         assert ring.available() == 0 and ring.consumer_pos == ring.producer_pos
 
 
+@pytest.mark.requires_bpf
 def test_wrap_around_and_limit():
     with create_ringbuf(4096, "rb") as rb, output_program(rb) as p, RingBuffer(rb) as ring:
         got: list[bytes] = []
@@ -88,6 +90,7 @@ def test_wrap_around_and_limit():
         assert got == [expected(t, 40) for t in range(1, tag + 1)]
 
 
+@pytest.mark.requires_bpf
 def test_full_ring_refuses_then_recovers():
     with create_ringbuf(4096, "rb") as rb, output_program(rb) as p, RingBuffer(rb) as ring:
         ok = 0
@@ -103,6 +106,7 @@ def test_full_ring_refuses_then_recovers():
         assert ring.consume() == [expected(1, 8)]
 
 
+@pytest.mark.requires_bpf
 def test_reserve_submit_and_discard():
     # ctx = {u32 submit?}: reserve 16 bytes, fill with 0xab.., then submit or discard
     b = Builder()
@@ -123,6 +127,7 @@ def test_reserve_submit_and_discard():
         assert ring.available() == 0
 
 
+@pytest.mark.requires_bpf
 def test_xdp_program_output_with_repeat():
     b = Builder()
     b.emit(ldx(4, R2, R1, 4), ldx(4, R3, R1, 0), alu(Alu.SUB, R2, R3), stx(8, FP, -8, R2))  # packet length
@@ -135,6 +140,7 @@ def test_xdp_program_output_with_repeat():
         assert recs == [struct.pack("<Q", 114)] * 25
 
 
+@pytest.mark.requires_bpf
 def test_wait_times_out_and_wakes():
     with create_ringbuf(4096, "rb") as rb, output_program(rb) as p, RingBuffer(rb) as ring:
         t0 = time.monotonic()
@@ -174,6 +180,7 @@ def test_busy_record_stops_the_reader():
     assert ring.consume() == [b"12345678", b"wxyz"]
 
 
+@pytest.mark.requires_bpf
 def test_ringbuf_rejects_bad_sizes():
     with pytest.raises(ValueError):
         create_ringbuf(1000)

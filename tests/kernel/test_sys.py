@@ -150,6 +150,7 @@ def test_fd_dup():
         assert b.fileno() != a.fileno()
 
 
+@pytest.mark.requires_bpf
 def test_bpf_error_is_oserror_and_readable():
     attr = MapCreateAttr(map_type=0xFFFF, key_size=4, value_size=4, max_entries=1)
     with pytest.raises(BPFError) as ei:
@@ -162,6 +163,7 @@ def test_bpf_error_is_oserror_and_readable():
                       "creating a map of a type that does not exist")
 
 
+@pytest.mark.requires_bpf
 def test_map_create_error_names_the_map():
     with pytest.raises(BPFError) as ei:
         Map.create(MapType.ARRAY, 4, 4, 0, name="empty")  # max_entries 0 is invalid
@@ -176,6 +178,7 @@ def test_name_bytes():
     assert name_bytes(".rodata") == b".rodata"
 
 
+@pytest.mark.requires_bpf
 def test_enable_stats_returns_owned_fd():
     fd = enable_stats()
     try:

@@ -49,6 +49,7 @@ def test_parse_failure_samples():
     assert parse_failure("") == (None, None, None)
 
 
+@pytest.mark.requires_bpf
 def test_rejection_names_the_instruction_and_reason():
     insns = [mov(R0, 0), mov(R1, 1), mov(R2, 2), ldx(4, R0, R3, 0), exit_()]
     with pytest.raises(VerifierError) as ei:
@@ -64,6 +65,7 @@ def test_rejection_names_the_instruction_and_reason():
     assert "at insn 3: (61) r0 = *(u32 *)(r3 +0)" in text and "reason: R3 !read_ok" in text
 
 
+@pytest.mark.requires_bpf
 def test_rejection_of_a_bad_context_access_at_level_2():
     insns = [mov(R0, 0), ldx(4, R0, R1, 200), exit_()]
     with pytest.raises(VerifierError) as ei:
@@ -72,6 +74,7 @@ def test_rejection_of_a_bad_context_access_at_level_2():
     assert ei.value.reason == "invalid bpf_context access off=200 size=4"
 
 
+@pytest.mark.requires_bpf
 def test_rejection_before_the_walk():
     with pytest.raises(VerifierError) as ei:
         Program.load(ProgType.XDP, [mov(R0, 0)])  # falls off the end
@@ -83,6 +86,7 @@ def test_rejection_before_the_walk():
     assert ei.value.insn_index == 0 and "invalid func unknown#100000" in ei.value.reason
 
 
+@pytest.mark.requires_bpf
 def test_log_level_1_keeps_log_and_stats():
     with Program.load(ProgType.XDP, [mov(R0, 2), exit_()], log_level=LogLevel.BRANCHES) as p:
         assert "processed 2 insns" in p.log
@@ -91,12 +95,14 @@ def test_log_level_1_keeps_log_and_stats():
         assert p.test_run(ether()).retval == 2
 
 
+@pytest.mark.requires_bpf
 def test_log_level_2_has_every_insn():
     with Program.load(ProgType.XDP, [mov(R0, 2), exit_()], log_level=LogLevel.BRANCHES | LogLevel.INSNS) as p:
         assert "(b7) r0 = 2" in p.log and "(95) exit" in p.log
         assert p.stats.processed_insns == 2
 
 
+@pytest.mark.requires_bpf
 def test_log_level_stats_and_stack_depths():
     b = Builder()
     b.emit(st(8, FP, -8, 1), call("sub"), exit_())
@@ -111,6 +117,7 @@ def test_log_level_stats_and_stack_depths():
         assert p.log == "" and p.stats is None  # nothing asked, nothing kept
 
 
+@pytest.mark.requires_bpf
 def test_small_log_buffer_grows():
     # a 64-byte log cannot hold a level-2 log: the kernel answers ENOSPC and the load is retried bigger
     insns = [mov(R0, 0)] * 50 + [exit_()]

@@ -29,7 +29,7 @@ from capsule.opt.semantics import alu_result
 from capsule.opt.tnum import Tnum
 from capsule.opt.values import Kind
 
-from .fixtures import prog
+from .fixtures import prog, sample_programs
 
 
 def _an(ps) -> Analysis:
@@ -109,3 +109,24 @@ def test_exact_alu_semantics() -> None:
     assert alu_result(alu(Alu.ADD, R1, -1), 0, 0) == 2**64 - 1
     assert alu_result(alu(Alu.LSH, R1, R2), 1, 65) == 2
     assert alu_result(alu(Alu.ARSH, R1, 4, w32=True), 0x80000000, 0) == 0xF8000000
+
+
+def test_analysis_is_shared_by_passes_on_unchanged_code() -> None:
+    code = Code.from_program(prog(mov(R0, 0), exit_()))
+    assert Analysis.of(code, 6) is Analysis.of(code, 6)
+    assert Analysis.of(code.copy(), 6) is not Analysis.of(code, 6)
+
+
+def test_analysis_memo_is_shared_bounded_and_never_confuses_codes() -> None:
+    ps = sample_programs()[1]
+    code = Code.from_program(ps)
+    a = Analysis.of(code, ps.type)
+    assert Analysis.of(code, ps.type) is a
+    assert Analysis.of(code, ProgType.SOCKET_FILTER) is not a  # another program type is another analysis
+    others = [code.copy() for _ in range(8)]
+    for c in others:
+        assert Analysis.of(c, ps.type).code is c
+    again = Analysis.of(code, ps.type)  # evicted by now: computed afresh, with the same results
+    assert again.code is code and again.values.before == a.values.before
+    Analysis.forget()
+    assert Analysis.of(code, ps.type) is not again

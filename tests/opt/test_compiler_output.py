@@ -4,6 +4,7 @@ through the dispatcher, with calls, loops, memory and traps)."""
 
 from __future__ import annotations
 
+import pytest
 import wasmtime
 
 from capsule.compiler import Options, compile_module
@@ -12,6 +13,8 @@ from capsule.runtime import Instance
 from capsule.runtime.errors import GuestTrap
 from capsule.wasm import load
 from tests.wasm.wasm_build import wat
+
+pytestmark = pytest.mark.requires_bpf
 
 WAT = r"""
 (module

@@ -14,6 +14,8 @@ from tests.softfloat.diff import compare
 from tests.softfloat.inputs import SOAK_N
 from tests.softfloat.reference import BINARY, COMPARE, UNARY
 
+pytestmark = pytest.mark.requires_bpf
+
 FUNCS = [f"capsule_{t}_{op}" for t in ("f32", "f64") for op in BINARY + UNARY + COMPARE]
 PER_FUNC = SOAK_N or 6000
 

@@ -13,6 +13,8 @@ from tests.softfloat.diff import compare, inputs_for
 from tests.softfloat.inputs import SOAK_N
 from tests.softfloat.reference import OK_FUNCS, ok_model
 
+pytestmark = pytest.mark.requires_bpf
+
 CONVERT = [f"capsule_{t}_convert_{i}_{s}" for t in ("f32", "f64") for i in ("i32", "i64") for s in "su"]
 TRUNC_SAT = [f"capsule_{t}_trunc_sat_{i}_{s}" for t in ("f32", "f64") for i in ("i32", "i64") for s in "su"]
 FUNCS = CONVERT + TRUNC_SAT + ["capsule_f64_promote_f32", "capsule_f32_demote_f64"]

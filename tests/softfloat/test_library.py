@@ -66,6 +66,7 @@ def test_add_to_btf_gives_a_global_u64_prototype() -> None:
     assert all(btf.size_of(p.type) == 8 for p in proto.params) and btf.size_of(proto.ret) == 8
 
 
+@pytest.mark.requires_bpf
 def test_every_function_verifies_cheaply(klib: KernelLib) -> None:
     """Load each function (inside the small harness) and bound the verifier's work."""
     costs = {}
@@ -75,6 +76,7 @@ def test_every_function_verifies_cheaply(klib: KernelLib) -> None:
     assert costs[worst] <= MAX_VERIFIED, f"{worst}: {costs[worst]} processed instructions"
 
 
+@pytest.mark.requires_bpf
 def test_harness_closes_every_fd() -> None:
     before = sorted(os.listdir("/proc/self/fd"))
     k = KernelLib()
@@ -85,6 +87,7 @@ def test_harness_closes_every_fd() -> None:
     assert sorted(os.listdir("/proc/self/fd")) == before
 
 
+@pytest.mark.requires_bpf
 @pytest.mark.parametrize("bits,expect", [(0x3FF0000000000000, 0x3FF0000000000000), (0x4010000000000000, 1 << 62)])
 def test_a_known_value(klib: KernelLib, bits: int, expect: int) -> None:
     assert int(klib.run("capsule_f64_sqrt", np.array([bits], np.uint64))[0]) == expect

@@ -161,6 +161,7 @@ def test_script_under_wasmtime_matches_native(lua: Lua) -> None:
     _same(run_native(lua.native, ARGS), run_guest(lua.wasm, ARGS, "wasmtime"))
 
 
+@pytest.mark.requires_bpf
 def test_script_in_kernel_matches_native(lua: Lua) -> None:
     native = run_native(lua.native, ARGS)
     fds = set(os.listdir("/proc/self/fd"))

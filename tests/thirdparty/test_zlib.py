@@ -244,6 +244,7 @@ def _type_size_bits(uint: int, ulong: int, ptr: int, off: int) -> int:
     return code[uint] | code[ulong] << 2 | code[ptr] << 4 | code[off] << 6
 
 
+@pytest.mark.requires_bpf
 def test_example_in_kernel_matches_native(programs: Programs, tmp_path: Path) -> None:
     native = run_native(programs.native["example"], [], tmp_path / "native")
     kernel = run_kernel(programs.wasm["example"], [], tmp_path / "kernel")
@@ -273,6 +274,7 @@ def _sample(size: int) -> bytes:
     return (text * (size // len(text) + 1))[:size]
 
 
+@pytest.mark.requires_bpf
 def test_minigzip_stdin_to_stdout(programs: Programs, tmp_path: Path) -> None:
     data = _sample(1 << 20)
     native = run_native(programs.native["minigzip"], ["-9"], tmp_path / "native", stdin=data)
@@ -288,6 +290,7 @@ def _timings(stderr: bytes) -> dict[str, int]:
     return {m.group(1).decode(): int(m.group(2)) for m in re.finditer(rb"time_ns (\w+) (\d+)", stderr)}
 
 
+@pytest.mark.requires_bpf
 def test_round_trip_kernel_and_native(programs: Programs, tmp_path: Path) -> None:
     n = str(ROUND_TRIP_SIZE)
     native = run_native(programs.native["zround"], ["deflate", n, "6", "n.z", "inflate", n, "n.z"],

@@ -31,10 +31,13 @@ FLOAT_ENGINES_PENDING: set[str] = set()  # engines where double arithmetic waits
 
 
 def engine_params(floats: bool = False) -> list:
-    """pytest params for the engines; programs doing double arithmetic are xfail where soft-float is missing."""
+    """pytest params for the engines; programs doing double arithmetic are xfail where soft-float is missing,
+    and the kernel engine requires BPF."""
     out = []
     for e in ENGINES:
         marks = [pytest.mark.xfail(reason="soft-float", strict=False)] if floats and e in FLOAT_ENGINES_PENDING else []
+        if e == "kernel":
+            marks.append(pytest.mark.requires_bpf)
         out.append(pytest.param(e, id=e, marks=marks))
     return out
 

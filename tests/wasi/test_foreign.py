@@ -31,7 +31,7 @@ from capsule.wasm.link_encode import encode
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "tests" / "foreign"
-ENGINES = ["wasmtime", "kernel"]
+ENGINES = ["wasmtime", pytest.param("kernel", marks=pytest.mark.requires_bpf)]
 
 # -- the merge, on small modules ------------------------------------------------------------------------------
 PROGRAM_WAT = r"""
@@ -360,6 +360,7 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd, timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.requires_bpf
 def test_capsule_run_in_the_kernel(tmp_path):
     """``capsule run foreign.wasm ARGS`` in the kernel: output, status and written files equal the native build's."""
     (tmp_path / "input.txt").write_bytes(INPUT)
@@ -372,6 +373,7 @@ def test_capsule_run_in_the_kernel(tmp_path):
     assert (tmp_path / "out" / "out.txt").read_bytes() == want[3]
 
 
+@pytest.mark.requires_bpf
 def test_capsule_run_names_an_import_it_cannot_serve(tmp_path):
     wasm = tmp_path / "needs_env.wasm"
     wasm.write_bytes(wasmtime.wat2wasm('(module (import "env" "host_thing" (func)) (memory 1) '

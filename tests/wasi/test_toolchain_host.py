@@ -126,6 +126,7 @@ int main(int argc, char **argv) {
     assert not (out / "cfg").exists()
 
 
+@pytest.mark.requires_bpf
 def test_capsule_run_foreign_wasi_module(tmp_path):
     """A wasm32-wasi module built without capsule's runtime imports WASI itself: it is linked with capsule's
     standalone runtime and runs on both engines."""

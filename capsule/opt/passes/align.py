@@ -47,7 +47,7 @@ from capsule.bpf.opcodes import BYTES_SIZE, FP, MODE_MASK, Alu, Class, Mode, Siz
 from capsule.bpf.uapi import ProgType
 
 from ..analysis import Analysis
-from ..blockvals import BlockValues
+from ..blockvals import BlockValues, ValueId
 from ..effects import effect, mem_size
 from ..local import WINDOW
 from ..values import TOP, Kind, Val, access_val
@@ -75,7 +75,7 @@ def wide_access_ok(base: Val, size: int, prog_type: int) -> bool:
 
 @dataclass
 class _Comp:
-    base: tuple[int, tuple]  # base register and the id of its value at the loads (``BlockValues.value_id``)
+    base: tuple[int, ValueId]  # base register and the id of its value at the loads (``BlockValues.value_id``)
     bytes: dict[int, int]  # byte position in the value -> memory offset from the base
     insns: set[int]
     first: int  # earliest instruction involved
@@ -226,9 +226,11 @@ class Align(Pass):
             return
         stores = sorted(c.copies.values())
         at = c.copies.get(last)
+        wide_store: Insn | None = None  # replaces the store at ``at``
         if stores:
             if set(c.copies) != set(loads):
                 return  # every piece must be copied (a piece read by its store and its shift stays)
+            assert at is not None  # the last load is one of them
             first = insns[stores[0]]
             dreg, did = first.dst, self._ids.value_id(stores[0], first.dst)
             deltas = {insns[c.copies[d]].off - insns[d].off for d in loads}
@@ -242,6 +244,7 @@ class Align(Pass):
                 return
             if not self._movable(a, loads, stores, sid, off, did, off + delta, n, src, dst):
                 return
+            wide_store = Insn(Class.STX | BYTES_SIZE[n] | Mode.MEM, dreg, x, off + delta, sym=insns[at].sym)
         else:
             for j in range(loads[0], last):
                 if j not in loads and not _disjoint(a, self._ids, j, sid, off, off + n, src, reads=False):
@@ -249,8 +252,8 @@ class Align(Pass):
         if not e.free(i, *c.insns, *stores):
             return
         e.replace[last] = Insn(Class.LDX | BYTES_SIZE[n] | Mode.MEM, x, sreg, off, sym=insns[last].sym)
-        if at is not None:
-            e.replace[at] = Insn(Class.STX | BYTES_SIZE[n] | Mode.MEM, dreg, x, off + delta, sym=insns[at].sym)
+        if at is not None and wide_store is not None:
+            e.replace[at] = wide_store
         if ins.dst == x:
             e.delete.add(i)
         else:
@@ -259,7 +262,7 @@ class Align(Pass):
         e.delete.update(s for s in stores if s != at)
         e.rewrites += 1
 
-    def _movable(self, a: Analysis, loads: list[int], stores: list[int], sid: tuple, soff: int, did: tuple,
+    def _movable(self, a: Analysis, loads: list[int], stores: list[int], sid: ValueId, soff: int, did: ValueId,
                  doff: int, n: int, src: Val, dst: Val) -> bool:
         """Whether the piece loads may all move to the last of them, and the piece stores to any one of them:
         nothing else between them touches those bytes, and where loads and stores interleave, the two
@@ -278,7 +281,7 @@ class Align(Pass):
         return True
 
     # -- stores --------------------------------------------------------------------------------------------
-    def _source(self, a: Analysis, reg: int, at: int, chain: set[int]) -> tuple[int, tuple, int] | None:
+    def _source(self, a: Analysis, reg: int, at: int, chain: set[int]) -> tuple[int, ValueId, int] | None:
         """(register, its value id, right shift) such that ``reg`` at ``at`` holds ``that >> shift``."""
         shift = 0
         for _ in range(16):
@@ -301,7 +304,7 @@ class Align(Pass):
         insns = a.code.insns
         # one group per (block, base value, source value, offset of the source's byte 0): clang often writes
         # one value to two places, interleaving the two sets of byte stores
-        groups: dict[tuple, list[_Member]] = {}
+        groups: dict[tuple[int, int, ValueId, int, ValueId, int], list[_Member]] = {}
         for j, ins in enumerate(insns):
             if ins.code not in _NARROW_STORES or not a.values.reachable(j):
                 continue
@@ -319,7 +322,7 @@ class Align(Pass):
             if len(members) >= 2:
                 self._store_group(a, e, base_reg, base_id, vreg, vid, off, members)
 
-    def _store_group(self, a: Analysis, e: Edits, base_reg: int, base_id: tuple, vreg: int, vid: tuple,
+    def _store_group(self, a: Analysis, e: Edits, base_reg: int, base_id: ValueId, vreg: int, vid: ValueId,
                      off: int, members: list[_Member]) -> None:
         insns = a.code.insns
         for n in (8, 4, 2):
@@ -359,7 +362,7 @@ class Align(Pass):
         """Byte-wise copies ``rX = *(u8 *)(S + s + k); ...; *(u8 *)(D + d + k) = rX``: one wide load, one store."""
         insns = a.code.insns
         loc = a.local
-        groups: dict[tuple, list[tuple[int, int, tuple[int, ...]]]] = {}
+        groups: dict[tuple[int, ValueId, ValueId, int], list[tuple[int, int, tuple[int, ...]]]] = {}
         for j, ins in enumerate(insns):
             if ins.code not in _NARROW_STORES or not a.values.reachable(j):
                 continue
@@ -386,7 +389,7 @@ class Align(Pass):
             if len(pairs) >= 2:
                 self._copy_group(a, e, sid, did, delta, pairs)
 
-    def _copy_group(self, a: Analysis, e: Edits, sid: tuple, did: tuple, delta: int,
+    def _copy_group(self, a: Analysis, e: Edits, sid: ValueId, did: ValueId, delta: int,
                     pairs: list[tuple[int, int, tuple[int, ...]]]) -> None:
         """Cover the copied bytes, lowest first, with the widest windows that whole pieces fill."""
         insns = a.code.insns
@@ -410,7 +413,7 @@ class Align(Pass):
                     done.update(range(lo, lo + n))
                     break
 
-    def _copy(self, a: Analysis, e: Edits, sid: tuple, did: tuple, delta: int, lo: int, n: int,
+    def _copy(self, a: Analysis, e: Edits, sid: ValueId, did: ValueId, delta: int, lo: int, n: int,
               pairs: list[tuple[int, int, tuple[int, ...]]]) -> bool:
         insns = a.code.insns
         if not (-(1 << 15) <= min(lo, lo + delta) and max(lo, lo + delta) + n <= 1 << 15):
@@ -516,7 +519,7 @@ def _dead_chain(a: Analysis, chain: set[int], stores: set[int]) -> set[int]:
     return dead
 
 
-def _disjoint(a: Analysis, ids: BlockValues, j: int, base_id: tuple, lo: int, hi: int, target: Val,
+def _disjoint(a: Analysis, ids: BlockValues, j: int, base_id: ValueId, lo: int, hi: int, target: Val,
               reads: bool = True) -> bool:
     """Whether instruction ``j`` can neither write (nor, with ``reads``, read) bytes ``lo..hi-1`` from the
     pointer named ``base_id``, and calls nothing."""

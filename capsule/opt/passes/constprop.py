@@ -111,16 +111,16 @@ class ConstProp(Pass):
                             e.rewrites += 1
             elif c in COND_JUMPS:
                 d = st.regs[ins.dst]
-                s = st.regs[ins.src] if c & Src.X else None
-                if s is not None and s.is_const and not d.is_const and ins.src != ins.dst:
-                    k = s.tn.value
+                sv = st.regs[ins.src] if c & Src.X else None
+                if sv is not None and sv.is_const and not d.is_const and ins.src != ins.dst:
+                    k = sv.tn.value
                     if (cls == Class.JMP32 or _fits_s32(k)) and e.free(i):
                         e.replace[i] = Insn(c & ~Src.X, ins.dst, 0, ins.off, signed(k, 32), sym=ins.sym)
                         e.rewrites += 1
                     continue
-                if not d.is_const or (s is not None and not s.is_const):
+                if not d.is_const or (sv is not None and not sv.is_const):
                     continue
-                taken = branch_taken(ins, d.tn.value, s.tn.value if s is not None else 0)
+                taken = branch_taken(ins, d.tn.value, sv.tn.value if sv is not None else 0)
                 if taken is None or not e.free(i):
                     continue
                 if taken:

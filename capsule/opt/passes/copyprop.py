@@ -18,7 +18,7 @@ from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import CLASS_MASK, FP, MODE_MASK, OP_MASK, Alu, Class, Jmp, Mode, Src
 
 from ..analysis import Analysis
-from ..effects import CALL, EXIT
+from ..effects import CALL, EXIT, Effect
 from ..local import WINDOW
 from .base import Edits, Pass
 
@@ -74,7 +74,7 @@ class CopyProp(Pass):
                     e.rewrites += 1
 
     @staticmethod
-    def _readers(insns: list[Insn], effs: list, live_out: list[int], i: int, end: int) -> list[int] | None:
+    def _readers(insns: list[Insn], effs: list[Effect], live_out: list[int], i: int, end: int) -> list[int] | None:
         """The instructions reading the copy made at ``i``, when all of them can read the original."""
         x, y = insns[i].dst, insns[i].src
         readers: list[int] = []

@@ -56,7 +56,7 @@ def _loaded_field(a: Analysis, i: int, fields: dict[int, Kind]) -> int | None:
     return off if off in fields else None
 
 
-def held_fields(a: Analysis) -> dict[int, Held]:
+def held_fields(a: Analysis) -> dict[int, Held[int]]:
     """Per reachable instruction, which context pointer field each register holds before it."""
     fields = CTX_POINTERS.get(a.prog_type, {})
     if not fields:
@@ -65,7 +65,7 @@ def held_fields(a: Analysis) -> dict[int, Held]:
     insns = a.code.insns
     loads = {i: f for i in range(len(insns)) if (f := _loaded_field(a, i, fields)) is not None}
 
-    def step(i: int, cur: list) -> None:
+    def step(i: int, cur: list[int | None]) -> None:
         ins = insns[i]
         if effs[i].call and not (ins.code == CALL and ins.src == 0 and ins.imm in _KEEPS_PACKET):
             cur[:] = NOTHING

@@ -28,10 +28,17 @@ _ADD64_K = int(Class.ALU64 | Alu.ADD | Src.K)
 # ld_imm64 forms whose value is fixed at load time: constants, maps by fd or index, map values by fd or index
 _REUSABLE = (Pseudo.NONE, Pseudo.MAP_FD, Pseudo.MAP_VALUE, Pseudo.MAP_IDX, Pseudo.MAP_IDX_VALUE)
 
-Recipe = tuple  # ("ld", src, imm, ref) or ("fp", K): the facts of ``regfacts.must_hold``
+# ("ld", src, imm, ref) or ("fp", K, 0, None): the facts of ``regfacts.must_hold`` (one tuple shape for both, so
+# that they are one type)
+Recipe = tuple[str, int, int, str | None]
 
 
-def _step(insns: list[Insn], targets: dict[int, int], defs: list[int], i: int, held: list) -> None:
+def _fp(k: int) -> Recipe:
+    """The recipe of ``r10 + k``."""
+    return ("fp", k, 0, None)
+
+
+def _step(insns: list[Insn], targets: dict[int, int], defs: list[int], i: int, held: list[Recipe | None]) -> None:
     """Update ``held`` (one entry per register) for instruction ``i``."""
     d = defs[i]
     if not d:
@@ -39,10 +46,10 @@ def _step(insns: list[Insn], targets: dict[int, int], defs: list[int], i: int, h
     ins = insns[i]
     c = ins.code
     if c == _MOV64_X and not ins.off:
-        held[ins.dst] = ("fp", 0) if ins.src == FP else held[ins.src]
+        held[ins.dst] = _fp(0) if ins.src == FP else held[ins.src]
     elif c == _ADD64_K and not ins.off:
-        r = held[ins.dst]
-        held[ins.dst] = ("fp", r[1] + ins.imm) if r is not None and r[0] == "fp" else None
+        had = held[ins.dst]
+        held[ins.dst] = _fp(had[1] + ins.imm) if had is not None and had[0] == "fp" else None
     elif c == LD_IMM64:
         ok = ins.src in _REUSABLE and i not in targets
         held[ins.dst] = ("ld", ins.src, ins.imm, ins.ref) if ok else None
@@ -51,11 +58,15 @@ def _step(insns: list[Insn], targets: dict[int, int], defs: list[int], i: int, h
             held[r] = None
 
 
-def held(a: Analysis, at: set[int]) -> dict[int, Held]:
+def held(a: Analysis, at: set[int]) -> dict[int, Held[Recipe]]:
     """The recipe each register holds before each (reachable) instruction of ``at``."""
     insns, targets = a.code.insns, a.code.targets
     defs = [e.defs for e in a.effects]
-    return must_hold(a, lambda i, cur: _step(insns, targets, defs, i, cur), at)
+
+    def step(i: int, cur: list[Recipe | None]) -> None:
+        _step(insns, targets, defs, i, cur)
+
+    return must_hold(a, step, at)
 
 
 class Reuse(Pass):
@@ -90,7 +101,7 @@ class Reuse(Pass):
                 nxt = insns[i + 1]
                 if nxt.code != _ADD64_K or nxt.dst != ins.dst or nxt.off:
                     continue
-                want = ("fp", nxt.imm)
+                want = _fp(nxt.imm)
                 src = ins.dst if st[ins.dst] == want else next((r for r in range(10) if st[r] == want), None)
                 if src is None or not e.free(i, i + 1):
                     continue

@@ -31,9 +31,10 @@ from .base import Edits, Pass
 _JA = int(Class.JMP | Jmp.JA)
 _GOTOL = int(Class.JMP32 | Jmp.JA)
 _CALL = int(Class.JMP | Jmp.CALL)
+Shape = tuple[int | str | None, ...]  # an instruction's fields that a merge needs equal
 
 
-def _shape(ins: Insn) -> tuple:
+def _shape(ins: Insn) -> Shape:
     """What must be equal besides the target: the immediate is a PC-relative offset for ``gotol``, BPF calls
     and function addresses, and a compared constant for conditional jumps."""
     if has_target(ins) and (ins.code in (_GOTOL, _CALL) or ins.code == LD_IMM64):
@@ -61,7 +62,7 @@ class TailMerge(Pass):
             incoming.setdefault(t, []).append(src)
         kept: set[int] = set()  # instructions other merges now jump into: never removed this round
         for fn in a.cfg.functions.values():
-            groups: dict[tuple, list[int]] = {}
+            groups: dict[Shape, list[int]] = {}
             for i in range(fn.start, fn.end):
                 c = insns[i].code
                 if not reach[i]:
@@ -92,7 +93,7 @@ class TailMerge(Pass):
         return out
 
     @staticmethod
-    def _match(a: Analysis, shapes: list[tuple], reach: list[bool], fstart: int, e1: int, e2: int) -> int:
+    def _match(a: Analysis, shapes: list[Shape], reach: list[bool], fstart: int, e1: int, e2: int) -> int:
         """How many instructions, ending at ``e1`` and ``e2`` (``e1 < e2``), are equivalent."""
         targets = a.code.targets
         k = 0
