@@ -11,10 +11,11 @@ so the program's entry, the clock reads, ``bpf_iter_num_new``/``destroy`` and th
 cancel out and what is left is the per-iteration cost. Rounds interleave the mechanisms so that a noisy moment
 of the machine hits all of them; the table reports the minimum and the median over rounds.
 
-The two wasm rows are the same workload compiled by capsule (``wasm_loop``), once per kernel profile. Their
-calls go through ``Instance.call``, which may take several test runs of the entry program (a budget spent is
-continued, the host serves the guest between runs), so they are timed differently: ``bpf_stats`` ``run_time_ns`` over a batch of calls ``sum(n)``, minus a batch of ``sum(0)``,
-divided by ``n``. They have no ``bpf_ktime_get_ns`` figure (the compiled program does not read the clock).
+The two wasm rows are the same workload compiled by capsule (``wasm_loop``), once per kernel profile. Their calls
+go through ``Instance.call``, which may take several test runs of the entry program (a budget spent is continued,
+the host serves the guest between runs), so they are timed differently: ``bpf_stats`` ``run_time_ns`` over a batch
+of calls ``sum(n)``, minus a batch of ``sum(0)``, divided by ``n``. They have no ``bpf_ktime_get_ns`` figure (the
+compiled program does not read the clock).
 
 ``--scaling`` adds verification cost and run time against ``n`` and against the loop body's size, and finds
 where each mechanism stops (``loop_scaling``).

@@ -16,10 +16,11 @@ Each profile is one row: ``wasm_may_goto`` is the default build (the back-edge i
 inside the region), ``wasm_dispatcher`` is ``Options(may_goto=False)`` (every back-edge stores the state and
 returns to the dispatcher, which re-enters the loop head's region).
 
-A call goes through ``Instance.call``, which may run the compiled entry point, ``capsule_run``, several times
-(a spent budget is continued, the host serves the guest in between), so its time comes from ``bpf_stats`` (``run_time_ns`` of the program before and after a
-batch of calls). bpf_stats adds its own cost to each run; subtracting a batch of ``sum(0)`` calls removes it
-together with the entry, the dispatcher and the function's prologue.
+A call goes through ``Instance.call``, which may run the compiled entry point, ``capsule_run``, several times (a
+spent budget is continued, the host serves the guest in between), so its time comes from ``bpf_stats``
+(``run_time_ns`` of the program before and after a batch of calls). bpf_stats adds its own cost to each run;
+subtracting a batch of ``sum(0)`` calls removes it together with the entry, the dispatcher and the function's
+prologue.
 """
 
 from __future__ import annotations

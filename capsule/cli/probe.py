@@ -12,7 +12,7 @@ from rich.table import Table
 from capsule.cli.common import console
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("probe", help="probe the running kernel's BPF features and pick a kernel profile",
                        description="Load tiny maps and programs, one feature each, and print what this kernel "
                                    "accepts (with the kernel's reason when it refuses), then the richest kernel "

@@ -17,7 +17,7 @@ import errno
 import functools
 import mmap
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from capsule.bpf.asm import (
@@ -106,7 +106,7 @@ def _load(ptype: ProgType, insns: list[Insn], **kw: object) -> Program:
     return Program.load(ptype, insns, name="capsule_probe", **kw)  # type: ignore[arg-type]
 
 
-def _load_with_btf(ptype: ProgType, insns: list[Insn], funcs: list[tuple[int, str, int]]) -> Program:
+def _load_with_btf(ptype: ProgType, insns: list[Insn], funcs: Sequence[tuple[int, str, int]]) -> Program:
     """Load a program of several functions, each (slot, name, linkage) described in BTF as ``int f(u64)``:
     the verifier wants func_info as soon as there is more than one function."""
     btf = BTF()

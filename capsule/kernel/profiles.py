@@ -30,8 +30,11 @@ KFUNC_PROBES = {"bpf_arena_alloc_pages": "arena_alloc_pages"}
 class Answer(Protocol):
     """What ``best_profile`` reads of a probe's result (``capsule.kernel.probe.ProbeResult``)."""
 
-    ok: bool
-    value: int | None
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def value(self) -> int | None: ...
 
 
 @dataclass(frozen=True)

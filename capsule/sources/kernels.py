@@ -69,7 +69,7 @@ def kernels_dir() -> Path:
     return cache_dir("kernels")
 
 
-def package_name(kernel: DebianKernel, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
+def package_name(kernel: DebianKernel, run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> str:
     """The ``linux-image-*`` package the meta-package depends on in ``kernel.suite`` (the machine's indexes)."""
     cmd = ["apt-cache", "depends", *(["-t", kernel.suite] if kernel.suite else []), META_PACKAGE]
     r = run(cmd, capture_output=True, text=True, check=False)
