@@ -33,6 +33,7 @@ def running() -> str:
     return m.group(1) if m else os.uname().release
 
 
+@pytest.mark.requires_bpf
 def test_each_probe_closes_what_it_opens_and_explains_a_no() -> None:
     probe.cache_clear()  # really run them, under this directory's fd-leak check
     results = probe_all()
@@ -43,6 +44,7 @@ def test_each_probe_closes_what_it_opens_and_explains_a_no() -> None:
             assert r.detail, f"{r.name} says no without a reason"
 
 
+@pytest.mark.requires_bpf
 def test_probes_report_what_kernel_facts_says() -> None:
     version = running()
     if version not in FACTS:
@@ -89,6 +91,7 @@ def test_profiles_need_only_probes_that_exist() -> None:
     assert {"arena", "may_goto", "cpu_v4", "gotol"} <= set(profile("arena-v4").needs())
 
 
+@pytest.mark.requires_bpf
 def test_a_probe_that_fails_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     def refused() -> str:
         from capsule.bpf.asm import exit_
@@ -106,6 +109,7 @@ def test_a_probe_that_fails_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not r.ok and r.detail.startswith("EACCES: ") and "R0" in r.detail
 
 
+@pytest.mark.requires_bpf
 def test_capsule_probe_command(capsys: pytest.CaptureFixture[str]) -> None:
     from capsule.cli import main
 

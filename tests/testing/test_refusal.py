@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from capsule.kernel.preflight import MissingFeature
 from capsule.kernel.probe import probe
 from capsule.runtime.wasi_host import WasiConfig, WasiHost
@@ -17,6 +19,7 @@ from capsule.toolchain.guest import build_wasm
 PROGRAM = Path(__file__).parents[1] / "programs" / "strings.c"
 
 
+@pytest.mark.requires_bpf
 def test_arena_build_runs_or_is_refused_naming_what_is_missing() -> None:
     wasm = build_wasm([PROGRAM], ["-O2"]).wasm
     if probe("arena").ok and probe("may_goto").ok and probe("cpu_v4").ok:
