@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from capsule.bpf.asm import FP as R10
-from capsule.bpf.asm import R1, R2, addr_space_cast, alu, call_helper, exit_, ja, jmp, ldx, may_goto, mov, stx
+from capsule.bpf.asm import R1, R2, alu, call_helper, exit_, ja, jmp, ldx, may_goto, mov, stx
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.bpf.uapi import Helper
 from capsule.wasm import FuncType, ValType
@@ -130,7 +130,8 @@ def _unwind(fs: FunctionState) -> None:
     fs.emit(ldx(8, T0, R10, BPF_FP_SCALAR))
     fs.code.label(loop)
     fs.emit(jmp(Jmp.JEQ, T0, 0, fs.trap_label(abi.Trap.UNCAUGHT_LONGJMP)),
-            addr_space_cast(R1, T0, 0, 1), ldx(4, R2, R1, abi.FRAME_RETURN + 4), jmp(Jmp.JNE, R2, 0, found),
+            *fs.info.window.pointer("runtime", R1, T0, R2), ldx(4, R2, R1, abi.FRAME_RETURN + 4),
+            jmp(Jmp.JNE, R2, 0, found),
             ldx(4, T0, R1, abi.FRAME_CALLER), may_goto(susp), ja(loop))
     fs.code.label(susp)  # resume the walk later, from the frame reached
     ins = mov(T1, 0, w32=True)

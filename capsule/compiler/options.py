@@ -24,6 +24,11 @@ class Options:
     #: estimated instructions one BPF program may hold before the object is split into several joined by tail
     #: calls (each program gets its own verifier budget of 1M processed instructions, about 2 per instruction)
     program_budget: int = 350_000
+    #: the window: "arena" (BPF_MAP_TYPE_ARENA), or "map" (mmapable array pieces, for kernels without arena)
+    window: str = "arena"
+    #: the map window's linear-memory piece in bytes (a power of two, at most 128 MiB); 0: the memory's
+    #: maximum, at most 64 MiB
+    window_piece: int = 0
 
     def __post_init__(self) -> None:
         if self.stack_size & (self.stack_size - 1) or not (1 << 16) <= self.stack_size <= 64 << 20:
@@ -32,6 +37,11 @@ class Options:
         if not 1 <= self.fibers <= abi.MAX_FIBERS or self.fibers * self.stack_size > room:
             raise ValueError(f"{self.fibers} fibers of {self.stack_size >> 20} MiB do not fit the window "
                              f"({room >> 20} MiB for stacks)")
+
+        if self.window not in ("arena", "map"):
+            raise ValueError(f"window must be 'arena' or 'map', not {self.window!r}")
+        if self.window_piece and (self.window_piece & (self.window_piece - 1) or self.window_piece < abi.WASM_PAGE):
+            raise ValueError("window_piece must be a power of two of at least 64 KiB")
 
     def replace(self, **kw: Any) -> Options:
         return replace(self, **kw)

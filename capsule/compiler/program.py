@@ -15,7 +15,7 @@ from capsule.bpf.asm import AsmError
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
-from capsule.bpf.uapi import MapFlags, MapType, ProgType
+from capsule.bpf.uapi import MapType, ProgType
 from capsule.guest.softfloat import TRAP_CHECKS, WASM_OPS, add_to_btf, library
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, op_name
 
@@ -28,6 +28,7 @@ from .function import compile_function
 from .inline import inline_small_functions
 from .options import Options
 from .state import CompileError, LoweredFunction, ModuleInfo
+from .window import ARENA, DEFAULT_MEMORY_PIECE, Window
 
 
 def compile_module(module: Module, options: Options | None = None) -> ObjectSpec:
@@ -48,6 +49,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         imported_funcs=module.num_imported_funcs,
         inlined=inlined,
     )
+    info.window = build_window(module, opt)
     if not opt.checked:
         info.memory_mask = abi.fast_mask(max_memory_pages(module, opt) * abi.WASM_PAGE)
     info.leaves = choose_leaves(module)
@@ -71,7 +73,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         phys[plan.phys_of[f.index]].append(f)
     region_ids = packing.region_ids([[f.regions for f in funcs] for funcs in phys])
 
-    phys_code = [_physical_function(p, funcs, region_ids, returning) for p, funcs in enumerate(phys)]
+    phys_code = [_physical_function(p, funcs, region_ids, returning, info.window) for p, funcs in enumerate(phys)]
     leaf_codes = {leaf_name(f.index): f for f in leaf_code}
     library = _library_functions(info.library_used)
     nparts = len(plan.programs)
@@ -83,15 +85,15 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     for k in range(nparts):
         owners = [(r, j) for j, r in enumerate(plan.programs) if j != k] if split else []
         layout = Layout(k, plan.local(k), owners)
-        ps, code_ranges = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module)
+        ps, code_ranges = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module,
+                                   info.window)
         programs[ps.name] = ps
         ranges.append(code_ranges)
     description, data = describe(module, opt, types, lowered, region_ids, info, ranges[0])
     if split:
         description = replace(description, shared=plan.shared, parts=tuple(
             meta.Part((r.start, r.stop), tuple(c)) for r, c in zip(plan.programs, ranges, strict=True)))
-    maps = {abi.WINDOW_MAP: MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE,
-                                    flags=MapFlags.MMAPABLE)}
+    maps = info.window.maps()
     if split:
         maps[abi.PROGRAMS_MAP] = MapSpec(abi.PROGRAMS_MAP, MapType.PROG_ARRAY, 4, 4, nparts)
     return ObjectSpec(
@@ -112,10 +114,10 @@ class _PhysCode:
 
 
 def _physical_function(p: int, funcs: list[LoweredFunction], region_ids: dict[RegionKey, int],
-                       returning: set[int]) -> _PhysCode:
+                       returning: set[int], win: Window) -> _PhysCode:
     pc = Code()
     labels = [k.label for f in funcs for k in f.regions]
-    phys_prologue(pc, p, labels)
+    phys_prologue(pc, p, labels, win)
     starts = []
     for f in funcs:
         starts.append((len(pc), f.index))
@@ -150,11 +152,11 @@ class _Protos:
 
 def _program(layout: Layout, phys: list[_PhysCode], leaves: dict[str, LoweredFunction], library: dict[str, Code],
              region_ids: dict[RegionKey, int], opt: Options, protos: _Protos,
-             module: Module) -> tuple[ProgramSpec, list[tuple[int, int]]]:
+             module: Module, win: Window) -> tuple[ProgramSpec, list[tuple[int, int]]]:
     """Program ``layout.k``: its entry and dispatcher, its physical functions, and the leaves and soft-float
     functions their code calls; with (first slot, wasm function) of every function's code in it."""
     total = Code()
-    total.append(entry_program(layout, opt.fibers, opt.may_goto))
+    total.append(entry_program(layout, opt.fibers, opt.may_goto, win))
     starts = [phys_name(p) for p in layout.local]
     func_starts: list[tuple[int, int]] = []  # (instruction index, wasm function), for verifier diagnostics
     for p in layout.local:
@@ -295,11 +297,34 @@ def max_memory_pages(m: Module, opt: Options) -> int:
         return 0
     lim = mems[0].limits
     pages = min(lim.max if lim.max is not None else abi.MAX_MEMORY_PAGES, abi.MAX_MEMORY_PAGES)
+    if opt.window == "map":  # growth stays within the piece created at load
+        pages = min(pages, build_window(m, opt).memory_piece // abi.WASM_PAGE)
     if not opt.checked:
         pages = min(pages, (abi.fast_mask(pages * abi.WASM_PAGE) + 1) // abi.WASM_PAGE)
         if lim.min > pages:
             raise UnsupportedError(f"a memory of {lim.min} pages in fast mode (at most {pages}: use checked mode)")
     return pages
+
+
+def build_window(m: Module, opt: Options) -> Window:
+    """The window the build uses: the arena, or map pieces sized for the memory's maximum (``window``)."""
+    if opt.window == "arena":
+        return ARENA
+    mems = m.all_memories()
+    lim = mems[0].limits if mems else None
+    initial = lim.min * abi.WASM_PAGE if lim else 0
+    if opt.window_piece:
+        piece = opt.window_piece
+    else:
+        declared = lim.max * abi.WASM_PAGE if lim and lim.max is not None else DEFAULT_MEMORY_PIECE
+        piece = max(initial, min(declared, DEFAULT_MEMORY_PIECE))
+    if initial > piece:
+        raise UnsupportedError(f"a memory of {lim.min if lim else 0} pages does not fit the map window's piece "
+                               f"of {piece >> 10} KiB (window_piece)")
+    try:
+        return Window.map(opt.fibers, opt.stack_size, piece)
+    except ValueError as e:
+        raise UnsupportedError(str(e)) from None
 
 
 def _canonical_types(m: Module) -> dict[FuncType, int]:
