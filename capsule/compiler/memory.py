@@ -110,7 +110,11 @@ def load(fs: FunctionState, memarg: MemArg, size: int, sign_extend: bool, t: Val
             ra = dst
     ptr, off = address(fs, ra, memarg.offset, size, check=fs.opt.checked)
     dst = fs.stack.dst(slot)
-    if sign_extend:
+    if sign_extend and fs.opt.cpu < 4:  # cpu v3: load, then shift the sign bit to the top and back
+        fs.emit(ldx(size, dst, ptr, off), alu(Alu.LSH, dst, 64 - 8 * size), alu(Alu.ARSH, dst, 64 - 8 * size))
+        if t == I32:
+            fs.emit(mov(dst, dst, w32=True))
+    elif sign_extend:
         fs.emit(ldxs(size, dst, ptr, off))
         if t == I32:
             fs.emit(mov(dst, dst, w32=True))

@@ -29,6 +29,9 @@ class Options:
     #: the map window's linear-memory piece in bytes (a power of two, at most 128 MiB); 0: the memory's
     #: maximum, at most 64 MiB
     window_piece: int = 0
+    #: the highest BPF instruction set the code may use: 4 (sign-extending moves and loads, signed division),
+    #: or 3 for kernels before 6.6, which get the v3 sequences for them
+    cpu: int = 4
 
     def __post_init__(self) -> None:
         if self.stack_size & (self.stack_size - 1) or not (1 << 16) <= self.stack_size <= 64 << 20:
@@ -38,6 +41,8 @@ class Options:
             raise ValueError(f"{self.fibers} fibers of {self.stack_size >> 20} MiB do not fit the window "
                              f"({room >> 20} MiB for stacks)")
 
+        if self.cpu not in (3, 4):
+            raise ValueError(f"cpu must be 3 or 4, not {self.cpu}")
         if self.window not in ("arena", "map"):
             raise ValueError(f"window must be 'arena' or 'map', not {self.window!r}")
         if self.window_piece and (self.window_piece & (self.window_piece - 1) or self.window_piece < abi.WASM_PAGE):

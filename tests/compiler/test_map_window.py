@@ -15,6 +15,7 @@ from capsule.bpf.elf_write import object_bytes
 from capsule.bpf.uapi import MapType
 from capsule.compiler import Options, abi, compile_module
 from capsule.compiler.window import MEMORY_SLACK, RUNTIME_SLACK
+from capsule.kernel.preflight import insn_feature
 from capsule.runtime import Instance
 from capsule.runtime.wasi_host import WasiConfig, WasiHost
 from capsule.testing.engines import open_guest
@@ -27,11 +28,12 @@ from .test_spec_exec import CACHE, LOCAL, SUITE
 
 pytestmark = pytest.mark.requires_bpf
 
-# the map-v3 profile's build (no may_goto: the bounded dispatcher), and the map tier with may_goto (map-v4 has
-# neither, but the tier must not depend on the loop profile)
-MAP = Options(window="map", may_goto=False)
+# the map-v3 profile's build (no may_goto: the bounded dispatcher; cpu v3), and the map tier with may_goto and
+# cpu v4 (map-v4 has no may_goto, but the tier must not depend on the other choices)
+MAP = Options(window="map", may_goto=False, cpu=3)
 MAP_MAY_GOTO = Options(window="map")
-SPEC_FILES = ["i32", "i64", "address", "memory_trap", "memory_fill", "call_indirect", "memory_grow_single"]
+SPEC_FILES = ["i32", "i64", "int_exprs", "address", "load", "memory_trap", "memory_fill", "call_indirect",
+              "memory_grow_single"]
 PROGRAMS = Path(__file__).parents[1] / "programs"
 
 GROW = """
@@ -64,6 +66,9 @@ def test_object_has_pieces_not_an_arena() -> None:
     assert mem.value_size == 64 * 2**20 + MEMORY_SLACK  # no declared maximum: the default piece
     assert rt.value_size == 128 * 2**20 + RUNTIME_SLACK  # 64 MiB of runtime area, 4 fibers x 16 MiB stacks
     assert all(i.src == 0 or i.ref != abi.WINDOW_MAP for p in spec.programs.values() for i in p.insns)
+    # nothing a 6.1 kernel lacks: no arena cast, no may_goto, no cpu v4 instruction
+    used = {insn_feature(i) for p in spec.programs.values() for i in p.insns} - {None}
+    assert used <= {"gotol", "cpu_v3", "cpu_v2"}, used
     # the ELF form keeps the pieces (.bss sections) and loads
     again = read_object(object_bytes(spec))
     assert again.maps[abi.MEMORY_PIECE].value_size == mem.value_size
