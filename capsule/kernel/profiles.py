@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 MiB = 1 << 20
 # an object built for a profile names it in this section (the name, ASCII); the kernel layer checks it before
@@ -75,6 +75,10 @@ class Profile:
             elif name == "array_value_max" and (a.value or 0) < MAP_PIECE:
                 out.append(name)
         return out
+
+    def build_options(self) -> dict[str, Any]:
+        """The compiler's options (``capsule.compiler.Options`` keywords) this profile's code is built with."""
+        return {"window": self.window, "may_goto": self.may_goto, "cpu": self.cpu}
 
     def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "window": self.window, "may_goto": self.may_goto, "cpu": self.cpu,

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from capsule.bpf.elf_write import write_object
-from capsule.compiler import compile_module
+from capsule.compiler import Options, compile_module
+from capsule.kernel.profiles import profile
 from capsule.sources.kernels import KERNELS, prepared
 from capsule.toolchain.clang import compile_bpf
 from capsule.toolchain.guest import build_wasm
@@ -43,6 +44,7 @@ PROGRAMS = REPO / "tests" / "programs"
 # loops_switch.c: 6.1 walks its loops to the 1M-insn limit, minutes under TCG for a known answer (docs/KERNELS.md)
 FIGURE_SOURCES = ("xdp_parse.c", "subprogs.c", "tc_switch.c", "socket_ldabs.c")
 FIGURE_CPU = "v3"
+MAP_V3 = profile("map-v3").build_options()
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ SUITES = {
     "smoke": Suite("smoke", ("tests/kernel/test_probe.py", "tests/kernel/test_maps.py", "tests/kernel/test_prog.py",
                              "tests/testing/test_refusal.py"), ("6.1",), 420, ("xdp_parse.c", "socket_ldabs.c")),
     # make test-kernels: the kernel layer whole, and programs compiled by capsule
+    # the map window on 6.1: the map tier's own tests (built for map-v3), and the refusal of an arena build
+    "map": Suite("map", ("tests/compiler/test_map_window.py", "tests/testing/test_refusal.py"), ("6.1",), 3000,
+                 ("xdp_parse.c",)),
     "full": Suite("full", ("tests/kernel", "tests/testing/test_refusal.py", "tests/wasi/test_programs.py",
                            "-k", "not wasmtime and not megabytes"), ("6.1", "6.12"), 3600),
 }
@@ -149,14 +154,15 @@ def guest_command(suite: Suite, out: Path, figures: list[Path]) -> str:
 
 def figure_objects(out: Path, sources: tuple[str, ...] = FIGURE_SOURCES, programs: tuple[str, ...] = ()) -> list[Path]:
     """The figures' objects, compiled on the host into ``out`` (clang-19 and capsule's compiler are slow in the
-    guest): clang's for cpu v3 from ``tests/corpus``, and capsule builds of ``tests/programs`` (today's
-    profile, arena-v4)."""
+    guest): clang's for cpu v3 from ``tests/corpus``, and capsule builds of ``tests/programs`` for arena-v4 and
+    for map-v3."""
     objs = [compile_bpf(CORPUS / name, out / f"{Path(name).stem}.{FIGURE_CPU}.o", mcpu=FIGURE_CPU) for name in sources]
     for name in programs:
         wasm = build_wasm([PROGRAMS / name], ["-O2"]).wasm
-        obj = out / f"{Path(name).stem}.capsule.o"
-        write_object(compile_module(load(wasm.read_bytes())), obj)
-        objs.append(obj)
+        for tag, options in (("capsule", Options()), ("capsule-map-v3", Options(**MAP_V3))):
+            obj = out / f"{Path(name).stem}.{tag}.o"
+            write_object(compile_module(load(wasm.read_bytes()), options), obj)
+            objs.append(obj)
     return objs
 
 
