@@ -18,10 +18,13 @@ from capsule.compiler.window import MEMORY_SLACK, RUNTIME_SLACK
 from capsule.kernel.preflight import insn_feature
 from capsule.runtime import Instance
 from capsule.runtime.wasi_host import WasiConfig, WasiHost
+from capsule.sources import fetch
+from capsule.sources import lua as lua_recipe
 from capsule.testing.engines import open_guest
 from capsule.testing.wast_exec import run_script
 from capsule.toolchain.guest import build_wasm
 from capsule.wasm import load
+from tests.thirdparty.test_lua import ARGS, ENV, NATIVE_CACHE, SCRIPTS, Lua, Run, _same, run_native
 
 from .diff_harness import Pair, build_source
 from .test_spec_exec import CACHE, LOCAL, SUITE
@@ -125,3 +128,27 @@ def test_c_program_prints_what_the_reference_prints() -> None:
     on_map = _run(wasm, MAP, "kernel")
     assert on_map == _run(wasm, None, "wasmtime")
     assert on_map[0] == 0 and b"strerror ok" in on_map[1]
+
+
+@pytest.fixture(scope="module")
+def lua() -> Lua:
+    """As ``tests/thirdparty/test_lua.py`` builds it (cached)."""
+    try:
+        tree = lua_recipe.fetch()
+    except fetch.RegistryUnavailable as e:
+        pytest.skip(f"Lua is not cached and PyPI cannot be reached: {e}")
+    return Lua(tree, lua_recipe.build_wasm(tree), lua_recipe.build_native(tree, NATIVE_CACHE))
+
+
+def test_lua_scripts_match_native(lua: Lua) -> None:
+    """Lua's scripts on the map window print what native Lua prints (its bench's checksums, the features
+    script, its uncaught error and traceback)."""
+    native = run_native(lua.native, ARGS)
+    stdout, stderr = io.BytesIO(), io.BytesIO()
+    config = WasiConfig(args=["lua", *ARGS], env=ENV, dirs=[(SCRIPTS, "/")], stdin=b"", stdout=stdout, stderr=stderr)
+    guest = open_guest(lua.wasm, "kernel", MAP)
+    try:
+        code = WasiHost(guest, config).run()
+    finally:
+        guest.close()
+    _same(native, Run(stdout.getvalue(), stderr.getvalue(), code))
