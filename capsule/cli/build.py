@@ -60,7 +60,8 @@ def compile_wasm(path: Path, args: argparse.Namespace) -> ObjectSpec:
         raise SystemExit(f"capsule: {path}: {e}") from None
 
 
-def build_c_object(sources: list[Path], flags: list[str], output: Path, options: Options | None = None) -> Path:
+def build_c_object(sources: list[Path], flags: list[str], output: Path, options: Options | None = None,
+                   profile: str | None = None) -> Path:
     """``capsule build`` for C/C++: sources -> wasm (with the guest runtime) -> a BPF object at ``output``."""
     from capsule.bpf.elf_write import write_object
     from capsule.compiler import compile_module
@@ -68,8 +69,18 @@ def build_c_object(sources: list[Path], flags: list[str], output: Path, options:
     from capsule.wasm import load
 
     wasm = build_wasm(sources, flags).wasm
-    write_object(compile_module(load(wasm.read_bytes()), options), output)
+    write_object(mark_profile(compile_module(load(wasm.read_bytes()), options), profile), output)
     return output
+
+
+def mark_profile(spec: ObjectSpec, profile: str | None) -> ObjectSpec:
+    """Name the kernel profile the object was built for, so a kernel that lacks it refuses it before loading
+    (``capsule.kernel.preflight``)."""
+    from capsule.kernel.profiles import PROFILE_SECTION
+
+    if profile:
+        spec.extra_sections[PROFILE_SECTION] = profile.encode()
+    return spec
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -85,14 +96,14 @@ def cmd_build(args: argparse.Namespace) -> int:
         from capsule.wasm import WasmError
 
         try:
-            build_c_object(srcs, list(args.cflags or []), out, compile_options(args))
+            build_c_object(srcs, list(args.cflags or []), out, compile_options(args), args.profile)
         except WasmError as e:
             raise SystemExit(f"capsule: {src}: {e}") from None
         spec = read_object(out)
     elif len(srcs) > 1:
         raise SystemExit("capsule: give one .wasm module, or C/C++ sources")
     else:
-        spec = compile_wasm(src, args)
+        spec = mark_profile(compile_wasm(src, args), args.profile)
         write_object(spec, out)
     prog = spec.programs["capsule_run"]
     print(f"{out}: {sum(i.slots() for i in prog.insns)} BPF instructions, {len(prog.func_infos) - 1} physical "

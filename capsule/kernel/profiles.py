@@ -18,7 +18,9 @@ MiB = 1 << 20
 # an object built for a profile names it in this section (the name, ASCII); the kernel layer checks it before
 # loading (``capsule.kernel.preflight``). ``.capsule*`` sections pass through capsule's ELF reader and writer.
 PROFILE_SECTION = ".capsule.profile"
-MAP_PIECE = 4 * MiB  # the map window's piece (a mmapable ARRAY value), as in the BPF Capsule article
+# the array value a map window needs: its largest piece is 128 MiB plus slack (capsule.compiler.window), so the
+# probe's ladder (4, 16, 64, 256 MiB) must reach its 256 MiB rung
+MAP_PIECE = 256 * MiB
 
 # probes that every profile needs: the entry program is XDP run by BPF_PROG_TEST_RUN, its code lives in
 # global subprograms (each verified once), and the dispatcher's jumps use JLT/JLE

@@ -152,3 +152,21 @@ def test_lua_scripts_match_native(lua: Lua) -> None:
     finally:
         guest.close()
     _same(native, Run(stdout.getvalue(), stderr.getvalue(), code))
+
+
+def test_capsule_build_for_a_profile(tmp_path: Path) -> None:
+    """``capsule build --profile map-v3``: the map window, no may_goto, cpu v3, and the profile's name in the
+    object (which a kernel lacking it refuses before loading); an unknown profile is one line."""
+    from capsule.cli import main
+    from capsule.kernel.profiles import PROFILE_SECTION
+
+    src = tmp_path / "grow.wasm"
+    src.write_bytes(build_source(GROW))
+    out = tmp_path / "grow.bpf.o"
+    assert main(["build", str(src), "-o", str(out), "--profile", "map-v3"]) == 0
+    spec = read_object(out)
+    assert spec.extra_sections[PROFILE_SECTION] == b"map-v3"
+    assert abi.MEMORY_PIECE in spec.maps and abi.WINDOW_MAP not in spec.maps
+    assert {insn_feature(i) for p in spec.programs.values() for i in p.insns} <= {None, "cpu_v2", "cpu_v3"}
+    with pytest.raises(SystemExit, match="no kernel profile 'map-v9'"):
+        main(["build", str(src), "-o", str(out), "--profile", "map-v9"])
