@@ -21,6 +21,7 @@ from .emit import T0, T1
 from .state import FunctionState, LoweredFunction, Lowering
 from .values import CALLER_SAVED, FRAME, Entry, Slot, load_frame, store_frame
 from .variables import global_addr
+from .window import Window
 
 
 def call_(fs: FunctionState, ins: Instr) -> None:
@@ -166,7 +167,7 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
         # the callee's return jumps here (``return_stub``) with our frame pointer in T1 and the continuation's
         # region in T0. may_goto bounds chains of returns (recursion) and, as any may_goto, makes the verifier
         # keep its state here, so that returns from many callees prune; when it fires, the continuation is
-        # left to the dispatcher (the first DIRECT_ENTRY_INSNS instructions from the label)
+        # left to the dispatcher (the first ``direct_entry_insns`` instructions from the label)
         slow = direct_entry(cont) + ".slow"
         fs.code.label(slow)
         fs.emit(alu(Alu.LSH, T1, 32), alu(Alu.OR, T0, T1), exit_())
@@ -181,7 +182,10 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     take_results(fs, ft)
 
 
-DIRECT_ENTRY_INSNS = 6
+def direct_entry_insns(win: Window) -> int:
+    """The instructions of a direct entry and its slow way out, from the ``.slow`` label: three, may_goto, the
+    frame pointer's store, and FRAME made from it (one instruction on the arena, three on the map tier)."""
+    return 5 + len(win.pointer("runtime", FRAME, T1))
 
 
 def nested_call(fs: FunctionState, callee: RegionKey, cont: RegionKey) -> None:
@@ -207,9 +211,10 @@ def nested_call(fs: FunctionState, callee: RegionKey, cont: RegionKey) -> None:
     fs.emit(ins, alu(Alu.OR, T1, R1), jmp(Jmp.JNE, T0, T1, _propagate_label(fs)))
     # the callee may have grown memory (within the committed pages): our copy of the size follows. The
     # may_goto makes the verifier keep its state here, so that the rest of the caller is walked once
-    # whichever path led to the call; when it fires, the continuation is left to the dispatcher (T0 = its state)
+    # whichever path led to the call; when it fires, the continuation is left to the dispatcher (T0 = its state).
+    # Kernels without may_goto (the bounded profile) go straight on
     fs.emit(ldx(8, T1, FP, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_MEM_BYTES), stx(8, FP, BPF_MEM_BYTES, T1),
-            may_goto(_propagate_label(fs)), ja(cont.label))
+            *([may_goto(_propagate_label(fs))] if fs.opt.may_goto else []), ja(cont.label))
     fs.code.label(through)
 
 

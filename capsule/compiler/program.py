@@ -20,7 +20,7 @@ from capsule.guest.softfloat import TRAP_CHECKS, WASM_OPS, add_to_btf, library
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, op_name
 
 from . import abi, meta, packing
-from .calls import DIRECT_ENTRY_INSNS, direct_entry, leaf_stub, return_label, return_stub
+from .calls import direct_entry, direct_entry_insns, leaf_stub, return_label, return_stub
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, Layout, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
@@ -64,7 +64,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     info.direct_returners = direct_returners(sites, info)
     defined = range(module.num_imported_funcs, module.num_imported_funcs + len(module.funcs))
     lowered = [compile_function(info, index, leaf=index in info.leaves) for index in defined]
-    returning = _drop_unused_direct_entries(lowered)
+    returning = _drop_unused_direct_entries(lowered, info.window)
     leaf_code = [f for f in lowered if f.index in info.leaves]
     # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it
     regional = [leaf_stub(f) if f.index in info.leaves else f for f in lowered]
@@ -75,7 +75,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
 
     phys_code = [_physical_function(p, funcs, region_ids, returning, info.window) for p, funcs in enumerate(phys)]
     leaf_codes = {leaf_name(f.index): f for f in leaf_code}
-    library = _library_functions(info.library_used)
+    library = _library_functions(info.library_used, opt.cpu)
     nparts = len(plan.programs)
     split = nparts > 1
     btf = BTF()
@@ -242,7 +242,7 @@ def _returns_directly(f: LoweredFunction) -> bool:
     return any(ins.ref == return_label(f.index) for ins in f.code.insns)
 
 
-def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> set[int]:
+def _drop_unused_direct_entries(lowered: list[LoweredFunction], win: Window) -> set[int]:
     """A callee that never returns (it loops forever, traps, exits) has no return stub to jump back to its
     direct callers, so their entries for it are unreachable: remove them. Returns the functions that return
     directly."""
@@ -253,16 +253,17 @@ def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> set[int]:
             if callee in returning:
                 kept.append((callee, cont))
             else:
-                f.code.delete(direct_entry(cont) + ".slow", DIRECT_ENTRY_INSNS)
+                f.code.delete(direct_entry(cont) + ".slow", direct_entry_insns(win))
         f.direct_calls = kept
     return returning
 
 
-def _library_functions(names: set[str]) -> dict[str, Code]:
-    """The soft-float functions the code calls, each a global function of its own (verified once)."""
+def _library_functions(names: set[str], cpu: int) -> dict[str, Code]:
+    """The soft-float functions the code calls, each a global function of its own (verified once), compiled
+    for the build's instruction set."""
     if not names:
         return {}
-    lib = library()
+    lib = library(f"v{cpu}")
     out = {}
     for name in sorted(names):
         code = Code()
