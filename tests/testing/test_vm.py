@@ -73,8 +73,15 @@ CHILD = textwrap.dedent("""
 """).format(argv=IDLE_QEMU)
 
 
+def _sigint_default() -> None:
+    """A suite started in the background (``cmd &``) runs with SIGINT ignored, which Python children inherit
+    and keep: the child must hear Ctrl-C as a terminal's foreground job does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_child(tmp_path: Path) -> tuple[subprocess.Popen, int]:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], stderr=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], stderr=subprocess.PIPE,
+                             preexec_fn=_sigint_default)
     for _ in range(200):
         if (tmp_path / "pid").exists():
             return child, int((tmp_path / "pid").read_text())
