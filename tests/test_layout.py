@@ -36,7 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "compiler": ("bpf", "guest", "wasm"),
         "runtime": ("bpf", "compiler", "kernel", "wasm"),
         "sources": ("toolchain",),
-        "testing": ("bpf", "compiler", "kernel", "runtime", "toolchain", "wasm"),
+        "testing": ("bpf", "compiler", "kernel", "runtime", "sources", "toolchain", "wasm"),
         "hooks": ("bpf", "compiler", "kernel", "runtime", "sources", "toolchain", "wasm"),
         "demo": ("bpf", "compiler", "kernel", "runtime", "testing", "toolchain", "wasm"),
         "bench": ("bpf", "compiler", "hooks", "kernel", "opt", "runtime", "sources", "testing", "toolchain",

@@ -1,6 +1,6 @@
 """The ``capsule`` command: the parser, ``main``, and the one table that says what an error ending a command
 becomes (``errors``). One module per command group: ``inspect`` (disasm, verify), ``demo``, ``build`` (build,
-call), ``run``, ``opt``, ``bench``; what several of them share is in ``common``."""
+call), ``run``, ``opt``, ``bench``, ``probe``; what several of them share is in ``common``."""
 
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ def errors() -> tuple[tuple[tuple[type[Exception], ...], int, str], ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from capsule.cli import attach, bench, build, demo, fuzz, inspect, opt, run
+    from capsule.cli import attach, bench, build, demo, fuzz, inspect, opt, probe, run
 
     p = argparse.ArgumentParser(
         prog="capsule", description="Run ordinary programs inside the Linux kernel as eBPF."
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (inspect, demo, build, run, attach, opt, bench, fuzz):
+    for group in (inspect, demo, build, run, attach, opt, bench, fuzz, probe):
         group.add_parsers(sub)
     return p
 

@@ -74,7 +74,8 @@ def compile_wasm(path: Path, args: argparse.Namespace) -> ObjectSpec:
         raise SystemExit(f"capsule: {path}: {e}") from None
 
 
-def build_c_object(sources: list[Path], flags: list[str], output: Path, options: Options | None = None) -> Path:
+def build_c_object(sources: list[Path], flags: list[str], output: Path, options: Options | None = None,
+                   profile: str | None = None) -> Path:
     """``capsule build`` for C/C++: sources -> wasm (with the guest runtime) -> a BPF object at ``output``."""
     from capsule.bpf.elf_write import write_object
     from capsule.compiler import compile_module
@@ -87,7 +88,7 @@ def build_c_object(sources: list[Path], flags: list[str], output: Path, options:
     show(BuildEvent("lower", 0, 1, wasm.name))
     spec = compile_module(load(wasm.read_bytes()), options)
     show(BuildEvent("lower", 1, 1, wasm.name))
-    write_object(spec, output)
+    write_object(mark_profile(spec, profile), output)
     return output
 
 
@@ -99,6 +100,16 @@ def object_summary(spec: ObjectSpec) -> str:
     phys = sum(len(p.func_infos) - 1 for p in progs)
     split = f" in {len(progs)} BPF programs" if len(progs) > 1 else ""
     return f"{insns} BPF instructions, {phys} physical functions{split}"
+
+
+def mark_profile(spec: ObjectSpec, profile: str | None) -> ObjectSpec:
+    """Name the kernel profile the object was built for, so a kernel that lacks it refuses it before loading
+    (``capsule.kernel.preflight``)."""
+    from capsule.kernel.profiles import PROFILE_SECTION
+
+    if profile:
+        spec.extra_sections[PROFILE_SECTION] = profile.encode()
+    return spec
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -126,14 +137,14 @@ def cmd_build(args: argparse.Namespace) -> int:
         from capsule.wasm import WasmError
 
         try:
-            build_c_object(srcs, list(args.cflags or []), out, compile_options(args))
+            build_c_object(srcs, list(args.cflags or []), out, compile_options(args), args.profile)
         except WasmError as e:
             raise SystemExit(f"capsule: {src}: {e}") from None
         spec = read_object(out)
     elif len(srcs) > 1:
         raise SystemExit("capsule: give one .wasm module, or C/C++ sources")
     else:
-        spec = compile_wasm(src, args)
+        spec = mark_profile(compile_wasm(src, args), args.profile)
         write_object(spec, out)
     print(f"{out}: {object_summary(spec)}, built in {time.perf_counter() - t0:.2f} s")
     return 0

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 
@@ -115,6 +115,9 @@ def add_build_options(s: argparse.ArgumentParser) -> None:
                    help="the profile for kernels without may_goto: every loop back-edge returns to the dispatcher")
     g.add_argument("--no-inline", dest="inline", action="store_false",
                    help="do not replace calls to small functions by their bodies")
+    g.add_argument("--profile", default=None,
+                   help="build for a kernel profile (capsule probe lists them; e.g. map-v3 for Debian 12's 6.1): "
+                        "its window, loop form and instruction set")
     g.add_argument("--fibers", type=int, default=None, help="number of fibers (default 4)")
     g.add_argument("--stack-size", type=int_arg, default=None,
                    help="software stack per fiber in bytes, a power of two (default 16 MiB)")
@@ -122,8 +125,14 @@ def add_build_options(s: argparse.ArgumentParser) -> None:
 
 def compile_options(args: argparse.Namespace) -> Options:
     from capsule.compiler import Options
+    from capsule.kernel.profiles import NoProfile, profile
 
-    kw = {"checked": args.checked, "may_goto": args.may_goto, "inline": args.inline}
+    kw: dict[str, Any] = {"checked": args.checked, "may_goto": args.may_goto, "inline": args.inline}
+    if getattr(args, "profile", None):
+        try:
+            kw.update(profile(args.profile).build_options())
+        except NoProfile as e:
+            raise SystemExit(f"capsule: {e}") from None
     if args.fibers is not None:
         kw["fibers"] = args.fibers
     if args.stack_size is not None:

@@ -35,6 +35,10 @@ def program_name(k: int) -> str:
     """Program ``k`` of a compiled object: the first keeps the entry's old name."""
     return ENTRY_PROGRAM if k == 0 else f"{ENTRY_PROGRAM}_{k}"
 WINDOW_MAP = "capsule_window"  # the arena map that is the window
+# the map tier's window (``window``): two one-element mmapable ARRAYs, the object's .bss sections, mapped by the
+# host at these window addresses
+MEMORY_PIECE = ".bss.capsule_mem"  # linear memory, from 0
+RUNTIME_PIECE = ".bss.capsule_rt"  # the runtime area, from RT_BASE
 META_SECTION = ".capsule.meta"  # what the host needs to instantiate and call the module (``meta``)
 DATA_SECTION = ".capsule.data"  # the data segments' bytes, placed by the host
 
@@ -56,6 +60,8 @@ def fast_mask(max_bytes: int) -> int:
     while size < min(max_bytes, FAST_MAX_BYTES):
         size <<= 1
     return size - 1
+
+MAP_PIECES = {MEMORY_PIECE: 0, RUNTIME_PIECE: RT_BASE}
 
 # control block (module-wide)
 CTRL = RT_BASE

@@ -9,7 +9,7 @@ region of the caller: it reloads the stack and takes the results from the callee
 
 from __future__ import annotations
 
-from capsule.bpf.asm import FP, R0, R1, R2, addr_space_cast, alu, call, exit_, ja, jmp, ldx, may_goto, mov, st, stx
+from capsule.bpf.asm import FP, R0, R1, R2, alu, call, exit_, ja, jmp, ldx, may_goto, mov, st, stx
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.wasm import ExternKind, FuncType, Instr, Op, ValType
 
@@ -21,6 +21,7 @@ from .emit import T0, T1
 from .state import FunctionState, LoweredFunction, Lowering
 from .values import CALLER_SAVED, FRAME, Entry, Slot, load_frame, store_frame
 from .variables import global_addr
+from .window import Window
 
 
 def call_(fs: FunctionState, ins: Instr) -> None:
@@ -72,12 +73,13 @@ def indirect_target(fs: FunctionState, slot: int, idx: Entry, ft: FuncType, tabl
     fs.emit(jmp(Jmp.JGE, T0, T1, fs.trap_label(abi.Trap.UNDEFINED_ELEMENT)))
     # element: function index + 1 (0 = null)
     fs.emit(alu(Alu.LSH, T0, 3), alu(Alu.ADD, T0, abi.TABLES - abi.RT_BASE + table * abi.TABLE_STRIDE),
-            ldx(8, T1, FP, BPF_RUNTIME), alu(Alu.ADD, T1, T0), ldx(4, T0, T1, 0))
+            *fs.info.window.bounded("runtime", T0), ldx(8, T1, FP, BPF_RUNTIME), alu(Alu.ADD, T1, T0),
+            ldx(4, T0, T1, 0))
     fs.emit(jmp(Jmp.JEQ, T0, 0, fs.trap_label(abi.Trap.INDIRECT_NULL)))
     # function info: entry region | type id << 32
     fs.emit(alu(Alu.SUB, T0, 1), alu(Alu.LSH, T0, 3), alu(Alu.ADD, T0, abi.FUNC_INFO - abi.RT_BASE),
-            ldx(8, T1, FP, BPF_RUNTIME), alu(Alu.ADD, T1, T0), ldx(8, T0, T1, 0),
-            mov(T1, T0), alu(Alu.RSH, T1, 32))
+            *fs.info.window.bounded("runtime", T0), ldx(8, T1, FP, BPF_RUNTIME), alu(Alu.ADD, T1, T0),
+            ldx(8, T0, T1, 0), mov(T1, T0), alu(Alu.RSH, T1, 32))
     type_id = fs.info.type_ids.get(ft)
     if type_id is None:  # no function of the module has this type: every such call is a mismatch
         fs.trap(abi.Trap.INDIRECT_TYPE)
@@ -148,7 +150,7 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
         through = fs.fresh("dcall")
         fs.emit(mov(T0, T0, w32=True), ldx(8, T1, FP, BPF_FIBER), ldx(8, R1, T1, abi.FIBER_RUN_BUDGET),
                 jmp(Jmp.JEQ, R1, 0, through), alu(Alu.SUB, R1, 1), stx(8, T1, abi.FIBER_RUN_BUDGET, R1),
-                stx(8, FP, BPF_FP_SCALAR, T0), addr_space_cast(FRAME, T0, 0, 1), ja(callee.label))
+                stx(8, FP, BPF_FP_SCALAR, T0), *fs.info.window.pointer("runtime", FRAME, T0), ja(callee.label))
         fs.code.label(through)
     fs.emit(alu(Alu.LSH, T0, 32))
     if callee is not None:
@@ -163,9 +165,9 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     if direct:
         assert callee is not None
         # the callee's return jumps here (``return_stub``, whose may_goto bounds chains of returns) with our
-        # frame pointer in T1 (the first DIRECT_ENTRY_INSNS instructions from the label)
+        # frame pointer in T1 (the first ``direct_entry_insns`` instructions from the label)
         fs.code.label(direct_entry(cont))
-        fs.emit(stx(8, FP, BPF_FP_SCALAR, T1), addr_space_cast(FRAME, T1, 0, 1))
+        fs.emit(stx(8, FP, BPF_FP_SCALAR, T1), *fs.info.window.pointer("runtime", FRAME, T1))
         fs.direct_calls.append((callee.func, cont))
     # the continuation: reload our stack, take the results from the callee's frame
     fs.code.label(cont.label)
@@ -175,7 +177,10 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     take_results(fs, ft)
 
 
-DIRECT_ENTRY_INSNS = 2
+def direct_entry_insns(win: Window) -> int:
+    """The instructions of a direct entry, from its label: the frame pointer's store and FRAME made from it
+    (one instruction on the arena, three on the map tier)."""
+    return 1 + len(win.pointer("runtime", FRAME, T1))
 
 
 def nested_call(fs: FunctionState, callee: RegionKey, cont: RegionKey) -> None:

@@ -26,7 +26,6 @@ from capsule.bpf.asm import (
     R8,
     R9,
     Reg,
-    addr_space_cast,
     alu,
     call,
     call_helper,
@@ -49,6 +48,7 @@ from .abi import BPF_FIBER, BPF_FIBER_SCALAR, BPF_FP_SCALAR, BPF_MEM_BYTES, BPF_
 from .code import Code
 from .emit import T0
 from .values import FRAME
+from .window import Window
 
 
 def phys_name(p: int) -> str:
@@ -59,32 +59,34 @@ def leaf_name(func: int) -> str:
     return f"capsule_leaf_{func}"
 
 
-def phys_prologue(code: Code, p: int, region_labels: list[str]) -> None:
+def phys_prologue(code: Code, p: int, region_labels: list[str], win: Window) -> None:
     """Entry of physical function ``p``: r1 = state, r2 = fiber address. Region ``q`` is ``region_labels[q]``."""
     code.label(phys_name(p))
-    code.emit(*fiber_setup(R2), mov(R3, R1), alu(Alu.RSH, R3, 32), *fp_setup(R3),
+    code.emit(*fiber_setup(R2, win), mov(R3, R1), alu(Alu.RSH, R3, 32), *fp_setup(R3, win),
               mov(T0, R1, w32=True), alu(Alu.RSH, T0, abi.PHYS_BITS))
     _tree(code, T0, region_labels, 0, len(region_labels), f"p{p}")
 
 
-def fp_setup(fp: Reg) -> list[Insn]:
-    """FRAME and the frame-pointer scratch slot from a frame's guest address in ``fp``."""
-    return [stx(8, R10, BPF_FP_SCALAR, fp), addr_space_cast(FRAME, fp, 0, 1)]
+def fp_setup(fp: Reg, win: Window) -> list[Insn]:
+    """FRAME and the frame-pointer scratch slot from a frame's guest address in ``fp`` (clobbered in the map
+    tier)."""
+    return [stx(8, R10, BPF_FP_SCALAR, fp), *win.pointer("runtime", FRAME, fp)]
 
 
-def fiber_setup(fiber: Reg) -> list[Insn]:
-    """The fiber, runtime and memory-size scratch slots from the fiber record's guest address (clobbered)."""
+def fiber_setup(fiber: Reg, win: Window) -> list[Insn]:
+    """The fiber, runtime and memory-size scratch slots from the fiber record's guest address (clobbered, and
+    T0 in the map tier)."""
     return [
-        stx(8, R10, BPF_FIBER_SCALAR, fiber), addr_space_cast(fiber, fiber, 0, 1), stx(8, R10, BPF_FIBER, fiber),
-        mov(fiber, abi.RT_BASE, w32=True), addr_space_cast(fiber, fiber, 0, 1), stx(8, R10, BPF_RUNTIME, fiber),
+        stx(8, R10, BPF_FIBER_SCALAR, fiber), *win.pointer("runtime", fiber, fiber, T0), stx(8, R10, BPF_FIBER, fiber),
+        *win.runtime_base(fiber), stx(8, R10, BPF_RUNTIME, fiber),
         ldx(8, fiber, fiber, abi.CTRL_MEM_BYTES), stx(8, R10, BPF_MEM_BYTES, fiber),
     ]
 
 
-def frame_setup(fp: Reg, fiber: Reg) -> list[Insn]:
+def frame_setup(fp: Reg, fiber: Reg, win: Window) -> list[Insn]:
     """What every region (and leaf function) relies on: FRAME = the frame, and the BPF-stack scratch slots.
-    ``fp`` and ``fiber`` hold guest addresses; ``fiber`` is clobbered."""
-    return [*fp_setup(fp), *fiber_setup(fiber)]
+    ``fp`` and ``fiber`` hold guest addresses; ``fiber`` is clobbered (``fp`` and T0 too in the map tier)."""
+    return [*fp_setup(fp, win), *fiber_setup(fiber, win)]
 
 
 def _tree(code: Code, reg: Reg, labels: list[str], lo: int, hi: int, stem: str) -> None:
@@ -150,7 +152,7 @@ class Layout:
         return bool(self.owners)
 
 
-def entry_program(layout: Layout, nfibers: int, may_goto_profile: bool) -> Code:
+def entry_program(layout: Layout, nfibers: int, may_goto_profile: bool, win: Window) -> Code:
     """``int capsule_run(struct __sk_buff *)``: run the fiber named by the context (the packet's first
     ``abi.CTX_SIZE`` bytes) until done, trap, or budget. In a split object, a state in another program's
     physical function is handed to it with a tail call (the budget left and the transitions so far written
@@ -166,12 +168,12 @@ def entry_program(layout: Layout, nfibers: int, may_goto_profile: bool) -> Code:
               alu(Alu.ADD, R4, abi.CTX_SIZE), jmp(Jmp.JGT, R4, R3, "run.short"))
     code.emit(
         mov(R6, R2),
-        ld_map_fd(R1, abi.WINDOW_MAP),  # using the arena map makes the program the arena's (addr_space_cast needs it)
+        *win.entry_reference(R1),
         ldx(4, R1, R6, abi.CTX_FIBER), jmp(Jmp.JGE, R1, nfibers, bad),
         alu(Alu.MUL, R1, abi.FIBER_SIZE), alu(Alu.ADD, R1, abi.FIBERS - abi.RT_BASE),
         mov(R2, abi.RT_BASE, w32=True), alu(Alu.ADD, R1, R2, w32=True),
         stx(8, R10, abi.BPF_ENTRY_FIBER, R1),  # the fiber's address, passed to every physical function
-        addr_space_cast(R7, R1, 0, 1),
+        *win.pointer("runtime", R7, R1),
         ldx(4, R2, R6, abi.CTX_GENERATION), ldx(4, R3, R7, abi.FIBER_GENERATION), jmp(Jmp.JNE, R2, R3, bad),
     )
     # a run after one that ended (repeat) does nothing; one handed over from another program goes on with the
@@ -239,7 +241,7 @@ def entry_program(layout: Layout, nfibers: int, may_goto_profile: bool) -> Code:
     code.label("run.short")
     code.emit(mov(R0, abi.Status.BAD_TOKEN), exit_())
     if not may_goto_profile:
-        _bounded_levels(code, layout)
+        _bounded_levels(code, layout, win)
     return code
 
 
@@ -313,7 +315,7 @@ def _ranges(values: list[int]) -> list[tuple[int, int]]:
 BOUNDED_FUNCS = ("capsule_round", "capsule_step")
 
 
-def _bounded_levels(code: Code, layout: Layout) -> None:
+def _bounded_levels(code: Code, layout: Layout, win: Window) -> None:
     """``u64 capsule_round(u64 state, u64 fiber)`` and ``u64 capsule_step(u64 state, u64 fiber)``: global
     functions with constant-bounded loops, so each is verified once and the verifier walks only their own
     iterations. R8 counts iterations, R9 carries the state, R7 is the fiber record. In a split object a state
@@ -321,7 +323,7 @@ def _bounded_levels(code: Code, layout: Layout) -> None:
     for name, limit, body in (("capsule_round", abi.ROUND_STEPS, "round"), ("capsule_step", abi.STEP_REGIONS, "step")):
         loop, done = f"{body}.loop", f"{body}.done"
         code.label(name)
-        code.emit(mov(R9, R1), stx(8, R10, abi.BPF_ENTRY_FIBER, R2), addr_space_cast(R7, R2, 0, 1), mov(R8, 0))
+        code.emit(mov(R9, R1), stx(8, R10, abi.BPF_ENTRY_FIBER, R2), *win.pointer("runtime", R7, R2), mov(R8, 0))
         code.label(loop)
         code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, done, w32=True))
         if layout.split:

@@ -46,7 +46,7 @@ def compile_function(info: ModuleInfo, index: int, *, leaf: bool = False) -> Low
     entry = fs.new_region()
     if fs.leaf:
         fs.code.label(leaf_name(fs.index))
-        fs.emit(*frame_setup(R1, R2))  # r1 = frame, r2 = fiber record (guest addresses)
+        fs.emit(*frame_setup(R1, R2, info.window))  # r1 = frame, r2 = fiber record (guest addresses)
     else:
         fs.code.label(entry.label)
         if fs.index in info.direct_callees:

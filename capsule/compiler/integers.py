@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from capsule.bpf.asm import Reg, alu, ja, jmp, ld_imm64, mov, movsx, neg, sdiv, smod
+from capsule.bpf.asm import FP, Reg, alu, ja, jmp, ld_imm64, ldx, mov, movsx, neg, sdiv, smod, stx
 from capsule.bpf.opcodes import Alu, Jmp
-from capsule.ints import MASK32, MASK64, signed
+from capsule.ints import MASK32, MASK64, fits_signed, signed
 from capsule.wasm import Instr, Op, ValType
 
 from . import abi
+from .abi import BPF_TEMP
 from .control import branch_if, open_if
 from .emit import T0, T1, borrow, imm_of
 from .state import FunctionState, Lowering
@@ -160,7 +161,7 @@ def divide(fs: FunctionState, kind: str, w32: bool) -> None:
     if not is_signed:
         fs.emit(alu(alu_op, dst, rb, w32=w32))
     elif not isinstance(rb, Reg):  # a constant divisor other than 0 and -1 (Reg is an int subclass)
-        fs.emit((sdiv if alu_op == Alu.DIV else smod)(dst, rb, w32=w32))
+        _signed(fs, alu_op == Alu.MOD, dst, rb, w32)
     else:
         ok = fs.fresh("div")
         done = fs.fresh("divd")
@@ -174,7 +175,7 @@ def divide(fs: FunctionState, kind: str, w32: bool) -> None:
                 fs.emit(mov(tmp, dst), alu(Alu.LSH, tmp, 1), jmp(Jmp.JNE, tmp, 0, ok),
                         jmp(Jmp.JNE, dst, 0, fs.trap_label(abi.Trap.INT_OVERFLOW)))
         fs.code.label(ok)
-        fs.emit((sdiv if alu_op == Alu.DIV else smod)(dst, rb, w32=w32))
+        _signed(fs, alu_op == Alu.MOD, dst, rb, w32)
         fs.code.label(done)
     fs.stack.finish(a_slot, dst, t)
 
@@ -257,7 +258,43 @@ def wrap(fs: FunctionState) -> None:
 
 
 def sign_extend(fs: FunctionState, bits: int, t: ValType) -> None:
-    unary(fs, t, lambda d: fs.emit(movsx(d, d, bits, w32=t == I32)))
+    if fs.opt.cpu >= 4:
+        unary(fs, t, lambda d: fs.emit(movsx(d, d, bits, w32=t == I32)))
+        return
+    width = 32 if t == I32 else 64  # cpu v3: shift the sign bit to the top and back
+    unary(fs, t, lambda d: fs.emit(alu(Alu.LSH, d, width - bits, w32=t == I32),
+                                   alu(Alu.ARSH, d, width - bits, w32=t == I32)))
+
+
+def _signed_v3(fs: FunctionState, rem: bool, dst: Reg, rb: Reg | int, w32: bool) -> None:
+    """sdiv/smod without cpu v4: the unsigned operation on the magnitudes, then the sign (the dividend's for a
+    remainder, the operands' xor for a quotient). ``rb`` is not -1 here, nor 0."""
+    op = Alu.MOD if rem else Alu.DIV
+    if not isinstance(rb, Reg):
+        rb = signed(rb, 32 if w32 else 64)
+    labels = [fs.fresh("sdv") for _ in range(3)]
+    avoid = {dst} | ({rb} if isinstance(rb, Reg) else set())
+    with borrow(fs, avoid) as tmp:
+        fs.emit(mov(tmp, dst, w32=w32))
+        if not rem:
+            fs.emit(alu(Alu.XOR, tmp, rb, w32=w32))
+        fs.emit(stx(8, FP, BPF_TEMP, tmp), jmp(Jmp.JSGE, dst, 0, labels[0], w32=w32), neg(dst, w32=w32))
+        fs.code.label(labels[0])
+        if not isinstance(rb, Reg) and fits_signed(abs(rb), 32):
+            fs.emit(alu(op, dst, abs(rb), w32=w32))
+        else:
+            fs.emit(mov(tmp, rb, w32=w32), jmp(Jmp.JSGE, tmp, 0, labels[1], w32=w32), neg(tmp, w32=w32))
+            fs.code.label(labels[1])
+            fs.emit(alu(op, dst, tmp, w32=w32))
+        fs.emit(ldx(8, tmp, FP, BPF_TEMP), jmp(Jmp.JSGE, tmp, 0, labels[2], w32=w32), neg(dst, w32=w32))
+        fs.code.label(labels[2])
+
+
+def _signed(fs: FunctionState, rem: bool, dst: Reg, rb: Reg | int, w32: bool) -> None:
+    if fs.opt.cpu >= 4:
+        fs.emit((smod if rem else sdiv)(dst, rb, w32=w32))
+    else:
+        _signed_v3(fs, rem, dst, rb, w32)
 
 
 def _lowerings() -> dict[int, Lowering]:

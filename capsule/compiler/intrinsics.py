@@ -26,7 +26,6 @@ from capsule.bpf.asm import (
     R2,
     R3,
     R4,
-    addr_space_cast,
     alu,
     call,
     call_helper,
@@ -178,15 +177,17 @@ def _emit(fs: FunctionState) -> None:
 def _unwind(fs: FunctionState) -> None:
     """Walk the frame chain from ours to the first frame marked by an invoke (its flag word is non-zero) and
     continue at its return region with its caller's frame. Nothing after this call runs, so every register
-    is free. A long chain is walked behind may_goto, resuming (a region of its own) from the frame reached."""
+    is free. A long chain is walked behind may_goto, resuming (a region of its own) from the frame reached;
+    without may_goto (the bounded profile) every frame is such a step."""
     region = fs.new_region()
     loop, found, susp = (fs.fresh(f"unw{s}") for s in ("loop", "found", "susp"))
     fs.code.label(region.label)
     fs.emit(ldx(8, T0, R10, BPF_FP_SCALAR))
     fs.code.label(loop)
     fs.emit(jmp(Jmp.JEQ, T0, 0, fs.trap_label(abi.Trap.UNCAUGHT_LONGJMP)),
-            addr_space_cast(R1, T0, 0, 1), ldx(4, R2, R1, abi.FRAME_RETURN + 4), jmp(Jmp.JNE, R2, 0, found),
-            ldx(4, T0, R1, abi.FRAME_CALLER), may_goto(susp), ja(loop))
+            *fs.info.window.pointer("runtime", R1, T0, R2), ldx(4, R2, R1, abi.FRAME_RETURN + 4),
+            jmp(Jmp.JNE, R2, 0, found),
+            ldx(4, T0, R1, abi.FRAME_CALLER), *([may_goto(susp), ja(loop)] if fs.opt.may_goto else [ja(susp)]))
     fs.code.label(susp)  # resume the walk later, from the frame reached
     ins = mov(T1, 0, w32=True)
     fs.code.region_ref(ins, region)

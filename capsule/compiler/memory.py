@@ -1,12 +1,14 @@
-"""The memory access emitter: wasm loads and stores onto the arena window, and the other memory instructions
+"""The memory access emitter: wasm loads and stores onto the window, and the other memory instructions
 (size, grow, fill, copy).
 
-A guest address is a window offset. ``addr_space_cast`` turns it into an arena pointer the verifier accepts,
-and the JIT adds the arena's kernel base, so an access is two instructions. In *checked* mode an access is
-first compared against the current memory size (kept on the BPF stack by the region prologue) and traps as
-the wasm spec says; in *fast* mode it is not, and an access past committed memory reads zero and drops stores
-(the arena's own behaviour). This module is the only place that knows how the window is reached, so a
-map-backed window for older kernels is a swap of this module.
+A guest address is a window offset. On the arena, ``addr_space_cast`` turns it into an arena pointer the
+verifier accepts, and the JIT adds the arena's kernel base, so an access is two instructions. On the map tier
+(``window``: kernels without arena) the address is masked to the memory piece and added to the piece's
+address: four instructions and the access. In *checked* mode an access is first compared against the current
+memory size (kept on the BPF stack by the region prologue) and traps as the wasm spec says; in *fast* mode it
+is not, and an access past committed memory reads zero and drops stores (the arena's own behaviour; on the map
+tier it lands in the piece's unused bytes). The tier is chosen here (``_pointer``) and in ``window``, nowhere
+else.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from capsule.bpf.asm import (
     st,
     stx,
 )
+from capsule.bpf.insn import Insn
 from capsule.bpf.opcodes import Alu, Jmp
 from capsule.ints import fits_signed, signed, unsigned
 from capsule.wasm import MemArg, Op, ValType
@@ -73,12 +76,27 @@ def address(fs: FunctionState, ra: Reg, offset: int, size: int, *, check: bool) 
             if not fits_signed(end, 32):
                 fs.emit(alu(Alu.SUB, T0, T1))
             ra = T0
+    win = fs.info.window
+    if win.is_map:
+        return _map_pointer(fs, ra, offset)
     if offset < (1 << 15):
         fs.emit(addr_space_cast(T0, ra, 0, 1), *mask)
         return T0, offset
     # the effective address wraps at 32 bits in fast mode (checked mode has trapped before it could)
     fs.emit(mov(T0, ra), alu(Alu.ADD, T0, unsigned(offset, 32), w32=True), addr_space_cast(T0, T0, 0, 1), *mask)
     return T0, 0
+
+
+def _map_pointer(fs: FunctionState, ra: Reg, offset: int) -> tuple[Reg, int]:
+    """The map tier's pointer in T0 (T1 clobbered): the address, masked to the piece (and in fast mode to the
+    memory's mask), plus the piece's address; a large offset is added first, wrapping at 32 bits."""
+    mask = abi.GIB4 - 1 if fs.opt.checked else fs.info.memory_mask
+    fs.emit(mov(T0, ra, w32=True))
+    if offset >= (1 << 15):
+        fs.emit(alu(Alu.ADD, T0, unsigned(offset, 32), w32=True))
+        offset = 0
+    fs.emit(*fs.info.window.masked_pointer(T0, mask, T1))
+    return T0, offset
 
 
 def load(fs: FunctionState, memarg: MemArg, size: int, sign_extend: bool, t: ValType) -> None:
@@ -92,7 +110,11 @@ def load(fs: FunctionState, memarg: MemArg, size: int, sign_extend: bool, t: Val
             ra = dst
     ptr, off = address(fs, ra, memarg.offset, size, check=fs.opt.checked)
     dst = fs.stack.dst(slot)
-    if sign_extend:
+    if sign_extend and fs.opt.cpu < 4:  # cpu v3: load, then shift the sign bit to the top and back
+        fs.emit(ldx(size, dst, ptr, off), alu(Alu.LSH, dst, 64 - 8 * size), alu(Alu.ARSH, dst, 64 - 8 * size))
+        if t == I32:
+            fs.emit(mov(dst, dst, w32=True))
+    elif sign_extend:
         fs.emit(ldxs(size, dst, ptr, off))
         if t == I32:
             fs.emit(mov(dst, dst, w32=True))
@@ -243,7 +265,7 @@ def _bulk_step(fs: FunctionState, fill: bool, width: int, slots: tuple[int, int,
     if backward:  # the last byte: d + n - 1 and s + n - 1
         fs.emit(mov(T0, rd), alu(Alu.ADD, T0, reg(n_s, T1), w32=True), alu(Alu.SUB, T0, 1, w32=True))
         rd = T0
-    fs.emit(addr_space_cast(T0, rd, 0, 1))
+    fs.emit(*_bulk_pointer(fs, T0, rd, T1))
     if fill:
         rv = reg(s_s, T1)
         if width == 8:  # replicate the byte
@@ -259,7 +281,7 @@ def _bulk_step(fs: FunctionState, fill: bool, width: int, slots: tuple[int, int,
         if backward:
             fs.emit(mov(T1, rs), alu(Alu.ADD, T1, reg(n_s, T0), w32=True), alu(Alu.SUB, T1, 1, w32=True))
             rs = T1
-        fs.emit(addr_space_cast(T1, rs, 0, 1), ldx(width, T1, T1, 0), ldx(8, T0, R10, BPF_TEMP),
+        fs.emit(*_bulk_pointer(fs, T1, rs, T0), ldx(width, T1, T1, 0), ldx(8, T0, R10, BPF_TEMP),
                 stx(width, T0, 0, T1))
     # advance: n -= width; forward: d += width, s += width
     for k, delta in ((n_s, -width),) + (() if backward else ((d_s, width),) + (() if fill else ((s_s, width),))):
@@ -269,6 +291,13 @@ def _bulk_step(fs: FunctionState, fill: bool, width: int, slots: tuple[int, int,
         else:
             fs.emit(load_frame(T0, fs.stack.spill_off(k)), alu(Alu.ADD, T0, delta, w32=True),
                     store_frame(fs.stack.spill_off(k), T0))
+
+
+def _bulk_pointer(fs: FunctionState, dst: Reg, src: Reg, scratch: Reg) -> list[Insn]:
+    """A pointer to the (checked) address in ``src``; ``scratch`` is clobbered on the map tier."""
+    if not fs.info.window.is_map:
+        return [addr_space_cast(dst, src, 0, 1)]
+    return [*([] if dst == src else [mov(dst, src)]), *fs.info.window.masked_pointer(dst, abi.GIB4 - 1, scratch)]
 
 
 def memory_size(fs: FunctionState) -> None:

@@ -28,6 +28,14 @@ class Options:
     #: also build a hook entry program (``capsule.compiler.hooks``) that runs the guest's packet handler on
     #: every packet: "xdp" or "tc" (None: only the run entry); loop back-edges then charge the per-packet budget
     hook: str | None = None
+    #: the window: "arena" (BPF_MAP_TYPE_ARENA), or "map" (mmapable array pieces, for kernels without arena)
+    window: str = "arena"
+    #: the map window's linear-memory piece in bytes (a power of two, at most 128 MiB); 0: the memory's
+    #: maximum, at most 64 MiB
+    window_piece: int = 0
+    #: the highest BPF instruction set the code may use: 4 (sign-extending moves and loads, signed division),
+    #: or 3 for kernels before 6.6, which get the v3 sequences for them
+    cpu: int = 4
 
     def __post_init__(self) -> None:
         if self.stack_size & (self.stack_size - 1) or not (1 << 16) <= self.stack_size <= 64 << 20:
@@ -42,6 +50,13 @@ class Options:
             raise ValueError("a hook program needs may_goto (its per-packet budget is charged behind it)")
         if self.hook is not None and self.fibers < 2:
             raise ValueError("a hook program needs at least 2 fibers: one per CPU and one for the host")
+
+        if self.cpu not in (3, 4):
+            raise ValueError(f"cpu must be 3 or 4, not {self.cpu}")
+        if self.window not in ("arena", "map"):
+            raise ValueError(f"window must be 'arena' or 'map', not {self.window!r}")
+        if self.window_piece and (self.window_piece & (self.window_piece - 1) or self.window_piece < abi.WASM_PAGE):
+            raise ValueError("window_piece must be a power of two of at least 64 KiB")
 
     def replace(self, **kw: Any) -> Options:
         return replace(self, **kw)

@@ -15,12 +15,12 @@ from capsule.bpf.asm import AsmError
 from capsule.bpf.btf import BTF
 from capsule.bpf.insn import slot_offsets
 from capsule.bpf.spec import FuncInfo, MapSpec, ObjectSpec, ProgramSpec
-from capsule.bpf.uapi import MapFlags, MapType, ProgType
+from capsule.bpf.uapi import MapType, ProgType
 from capsule.guest.softfloat import TRAP_CHECKS, WASM_OPS, add_to_btf, library
 from capsule.wasm import ExternKind, FuncType, Instr, Module, Op, SegmentMode, UnsupportedError, op_name
 
 from . import abi, hook_abi, hooks, meta, packing
-from .calls import DIRECT_ENTRY_INSNS, direct_entry, leaf_stub, return_label, return_stub
+from .calls import direct_entry, direct_entry_insns, leaf_stub, return_label, return_stub
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, Layout, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
@@ -28,6 +28,7 @@ from .function import SPLIT_BRANCHES, compile_function
 from .inline import inline_small_functions
 from .options import Options
 from .state import CompileError, LoweredFunction, ModuleInfo
+from .window import ARENA, DEFAULT_MEMORY_PIECE, Window
 
 
 def compile_module(module: Module, options: Options | None = None) -> ObjectSpec:
@@ -48,6 +49,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         imported_funcs=module.num_imported_funcs,
         inlined=inlined,
     )
+    info.window = build_window(module, opt)
     if not opt.checked:
         info.memory_mask = abi.fast_mask(max_memory_pages(module, opt) * abi.WASM_PAGE)
     info.leaves = choose_leaves(module)
@@ -68,7 +70,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     info.direct_recursive = packing.on_cycles(direct_edges)
     defined = range(module.num_imported_funcs, module.num_imported_funcs + len(module.funcs))
     lowered = [compile_function(info, index, leaf=index in info.leaves) for index in defined]
-    returning = _drop_unused_direct_entries(lowered)
+    returning = _drop_unused_direct_entries(lowered, info.window)
     leaf_code = [f for f in lowered if f.index in info.leaves]
     # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it
     regional = [leaf_stub(f) if f.index in info.leaves else f for f in lowered]
@@ -77,10 +79,10 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         phys[plan.phys_of[f.index]].append(f)
     region_ids = packing.region_ids([[f.regions for f in funcs] for funcs in phys])
 
-    phys_code = [_physical_function(p, funcs, region_ids, returning, info.direct_recursive)
+    phys_code = [_physical_function(p, funcs, region_ids, returning, info.direct_recursive, info.window)
                  for p, funcs in enumerate(phys)]
     leaf_codes = {leaf_name(f.index): f for f in leaf_code}
-    library = _library_functions(info.library_used)
+    library = _library_functions(info.library_used, opt.cpu)
     nparts = len(plan.programs)
     split = nparts > 1
     btf = BTF()
@@ -92,7 +94,8 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
     for k in range(nparts):
         owners = [(r, j) for j, r in enumerate(plan.programs) if j != k] if split else []
         layout = Layout(k, plan.local(k), owners)
-        ps, code_ranges = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module)
+        ps, code_ranges = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module,
+                                   info.window)
         programs[ps.name] = ps
         ranges.append(code_ranges)
     extra: dict[str, bytes] = {}
@@ -100,15 +103,15 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
         handler = hooks.handler_index(module)
         layout = Layout(0, plan.local(0), [(r, j) for j, r in enumerate(plan.programs) if j != 0] if split else [])
         entry = hooks.entry(opt.hook, layout, opt, regional[handler - module.num_imported_funcs].regions[0])
-        ps, _ = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module, entry=entry)
+        ps, _ = _program(layout, phys_code, leaf_codes, library, region_ids, opt, protos, module, info.window,
+                         entry=entry)
         programs[ps.name] = ps
         extra[hook_abi.HOOK_SECTION] = hooks.describe(opt, handler, module)
     description, data = describe(module, opt, types, lowered, region_ids, info, ranges[0])
     if split:
         description = replace(description, shared=plan.shared, parts=tuple(
             meta.Part((r.start, r.stop), tuple(c)) for r, c in zip(plan.programs, ranges, strict=True)))
-    maps = {abi.WINDOW_MAP: MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE,
-                                    flags=MapFlags.MMAPABLE)}
+    maps = info.window.maps()
     if split:
         maps[abi.PROGRAMS_MAP] = MapSpec(abi.PROGRAMS_MAP, MapType.PROG_ARRAY, 4, 4, nparts)
     if opt.hook is not None:
@@ -131,10 +134,10 @@ class _PhysCode:
 
 
 def _physical_function(p: int, funcs: list[LoweredFunction], region_ids: dict[RegionKey, int],
-                       returning: set[int], recursive: frozenset[int]) -> _PhysCode:
+                       returning: set[int], recursive: frozenset[int], win: Window) -> _PhysCode:
     pc = Code()
     labels = [k.label for f in funcs for k in f.regions]
-    phys_prologue(pc, p, labels)
+    phys_prologue(pc, p, labels, win)
     starts = []
     for f in funcs:
         starts.append((len(pc), f.index))
@@ -171,12 +174,12 @@ class _Protos:
 
 def _program(layout: Layout, phys: list[_PhysCode], leaves: dict[str, LoweredFunction], library: dict[str, Code],
              region_ids: dict[RegionKey, int], opt: Options, protos: _Protos, module: Module,
-             entry: Code | None = None) -> tuple[ProgramSpec, list[tuple[int, int]]]:
+             win: Window, entry: Code | None = None) -> tuple[ProgramSpec, list[tuple[int, int]]]:
     """Program ``layout.k``: its entry and dispatcher (or the hook's ``entry``), its physical functions, and
     the leaves and soft-float functions their code calls; with (first slot, wasm function) of every
     function's code in it."""
     total = Code()
-    total.append(entry if entry is not None else entry_program(layout, opt.fibers, opt.may_goto))
+    total.append(entry if entry is not None else entry_program(layout, opt.fibers, opt.may_goto, win))
     starts = [phys_name(p) for p in layout.local]
     func_starts: list[tuple[int, int]] = []  # (instruction index, wasm function), for verifier diagnostics
     for p in layout.local:
@@ -266,7 +269,7 @@ def _returns_directly(f: LoweredFunction) -> bool:
     return any(ins.ref == return_label(f.index) for ins in f.code.insns)
 
 
-def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> set[int]:
+def _drop_unused_direct_entries(lowered: list[LoweredFunction], win: Window) -> set[int]:
     """A callee that never returns (it loops forever, traps, exits) has no return stub to jump back to its
     direct callers, so their entries for it are unreachable: remove them. Returns the functions that return
     directly."""
@@ -277,16 +280,17 @@ def _drop_unused_direct_entries(lowered: list[LoweredFunction]) -> set[int]:
             if callee in returning:
                 kept.append((callee, cont))
             else:
-                f.code.delete(direct_entry(cont), DIRECT_ENTRY_INSNS)
+                f.code.delete(direct_entry(cont), direct_entry_insns(win))
         f.direct_calls = kept
     return returning
 
 
-def _library_functions(names: set[str]) -> dict[str, Code]:
-    """The soft-float functions the code calls, each a global function of its own (verified once)."""
+def _library_functions(names: set[str], cpu: int) -> dict[str, Code]:
+    """The soft-float functions the code calls, each a global function of its own (verified once), compiled
+    for the build's instruction set."""
     if not names:
         return {}
-    lib = library()
+    lib = library(f"v{cpu}")
     out = {}
     for name in sorted(names):
         code = Code()
@@ -321,11 +325,34 @@ def max_memory_pages(m: Module, opt: Options) -> int:
         return 0
     lim = mems[0].limits
     pages = min(lim.max if lim.max is not None else abi.MAX_MEMORY_PAGES, abi.MAX_MEMORY_PAGES)
+    if opt.window == "map":  # growth stays within the piece created at load
+        pages = min(pages, build_window(m, opt).memory_piece // abi.WASM_PAGE)
     if not opt.checked:
         pages = min(pages, (abi.fast_mask(pages * abi.WASM_PAGE) + 1) // abi.WASM_PAGE)
         if lim.min > pages:
             raise UnsupportedError(f"a memory of {lim.min} pages in fast mode (at most {pages}: use checked mode)")
     return pages
+
+
+def build_window(m: Module, opt: Options) -> Window:
+    """The window the build uses: the arena, or map pieces sized for the memory's maximum (``window``)."""
+    if opt.window == "arena":
+        return ARENA
+    mems = m.all_memories()
+    lim = mems[0].limits if mems else None
+    initial = lim.min * abi.WASM_PAGE if lim else 0
+    if opt.window_piece:
+        piece = opt.window_piece
+    else:
+        declared = lim.max * abi.WASM_PAGE if lim and lim.max is not None else DEFAULT_MEMORY_PIECE
+        piece = max(initial, min(declared, DEFAULT_MEMORY_PIECE))
+    if initial > piece:
+        raise UnsupportedError(f"a memory of {lim.min if lim else 0} pages does not fit the map window's piece "
+                               f"of {piece >> 10} KiB (window_piece)")
+    try:
+        return Window.map(opt.fibers, opt.stack_size, piece)
+    except ValueError as e:
+        raise UnsupportedError(str(e)) from None
 
 
 def _canonical_types(m: Module) -> dict[FuncType, int]:

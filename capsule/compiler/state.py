@@ -26,6 +26,7 @@ from .emit import T0, T1
 from .options import Options
 from .stack import OperandStack
 from .values import FrameLayout, register_plan
+from .window import ARENA, Window
 
 if TYPE_CHECKING:
     from .packing import Plan
@@ -51,6 +52,8 @@ class ModuleInfo:
     inlined: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     # fast mode's address mask (``abi.fast_mask``)
     memory_mask: int = abi.FAST_MAX_BYTES - 1
+    # how the code reaches the window (``window``): the arena, or the map tier's pieces
+    window: Window = ARENA
     # which physical function each function goes into (``packing``), decided before lowering
     plan: Plan | None = None
     # functions some caller in their physical function calls directly (their entry is built for it), and

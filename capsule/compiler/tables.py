@@ -32,7 +32,7 @@ def table_access(fs: FunctionState, table: int, is_set: bool) -> None:
     fs.emit(mov(T0, ri), ldx(8, T1, FP, BPF_RUNTIME), ldx(8, T1, T1, abi.CTRL_TABLE0_SIZE + 8 * table),
             jmp(Jmp.JGE, T0, T1, fs.trap_label(abi.Trap.TABLE_OUT_OF_BOUNDS)))
     fs.emit(alu(Alu.LSH, T0, 3), alu(Alu.ADD, T0, abi.TABLES - abi.RT_BASE + table * abi.TABLE_STRIDE),
-            ldx(8, T1, FP, BPF_RUNTIME), alu(Alu.ADD, T1, T0))
+            *fs.info.window.bounded("runtime", T0), ldx(8, T1, FP, BPF_RUNTIME), alu(Alu.ADD, T1, T0))
     if value is not None:
         vs, v = value
         if isinstance(v, Const):

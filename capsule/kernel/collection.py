@@ -27,6 +27,7 @@ from .btf import load_btf, vmlinux_btf_id
 from .errors import BPFError, LoadError, VerifierError
 from .kconfig import kallsyms, kconfig_contents
 from .maps import Map, possible_cpus
+from .preflight import check_object
 from .prog import Program
 from .sys import FD
 
@@ -52,11 +53,12 @@ class Collection:
         """Load ``spec`` (every program libbpf would load by default, i.e. all but ``SEC("?...")`` ones, or
         the named ones). ``rodata`` replaces the initial contents of a data map before it is frozen (how a
         caller sets ``volatile const`` configuration)."""
+        names = [n for n, p in spec.programs.items() if p.autoload] if programs is None else list(programs)
+        check_object(spec, names)  # a feature this kernel lacks is named here, not by a failed map or verifier
         coll = cls(spec=spec)
         try:
             coll.btf_fd = load_object_btf(spec)
             coll.maps = create_maps(spec, coll.btf_fd, rodata=rodata)
-            names = [n for n, p in spec.programs.items() if p.autoload] if programs is None else list(programs)
             for name in names:
                 if name not in spec.programs:
                     raise LoadError(f"no program named {name!r} (the object has: {', '.join(spec.programs)})")

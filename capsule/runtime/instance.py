@@ -23,6 +23,7 @@ from capsule.kernel.arena import Arena
 from capsule.kernel.collection import Collection
 from capsule.kernel.consts import LogLevel
 from capsule.kernel.errors import VerifierError
+from capsule.kernel.map_window import MapWindow
 from capsule.wasm import ExternKind, Op, ValType
 
 from .errors import CallError, GuestExit, GuestRejected, GuestTrap, Pending
@@ -90,14 +91,23 @@ class Instance:
                 table = self.coll.maps[abi.PROGRAMS_MAP]
                 for k, prog in enumerate(self.programs):
                     table.set_prog(k, prog)
-            arena = self.coll.maps[abi.WINDOW_MAP]
-            assert isinstance(arena, Arena)  # check_object saw to it
-            self.arena = arena
-            self.mem = arena.memory
+            self.arena = self._window()
+            self.mem = self.arena.memory
             self._instantiate()
         except BaseException:
             self.close()
             raise
+
+    def _window(self) -> Arena | MapWindow:
+        """The window the object uses: its arena, or (map tier) its pieces mapped at their window offsets."""
+        window = self.coll.maps.get(abi.WINDOW_MAP)
+        if isinstance(window, Arena):
+            return window
+        pieces = [(self.coll.maps[name], off) for name, off in abi.MAP_PIECES.items() if name in self.coll.maps]
+        if len(pieces) != len(abi.MAP_PIECES):
+            raise CallError(f"the object has neither the arena map {abi.WINDOW_MAP!r} nor the map window's pieces "
+                            f"({', '.join(abi.MAP_PIECES)})")
+        return MapWindow(pieces, abi.GIB4)
 
     def _guest_at(self, slot: int | None, program: int = 0) -> str | None:
         """The guest function whose code holds BPF instruction ``slot`` of program ``program`` (None for the
@@ -116,6 +126,8 @@ class Instance:
     def close(self) -> None:
         # drop the window's view so the arena can unmap; nothing reads a closed instance's memory
         self.mem = None  # type: ignore[assignment]
+        if isinstance(getattr(self, "arena", None), MapWindow):
+            self.arena.close()
         self.coll.close()
 
     def __enter__(self) -> Instance:

@@ -4,7 +4,8 @@ A ``.bpf.o`` handed to ``capsule run`` or ``capsule call`` may have been edited,
 kernel's verifier decides whether its code is safe to run; everything else the host acts on is checked here or in
 ``Meta.from_json`` (the ``.capsule.meta`` record: indices, sizes, layouts, constant expressions). Here: the object
 holds exactly the maps the compiler makes, shaped as the compiler makes them (one 4 GiB arena at an address the
-host chooses, and for a split object one program array with a slot per program), and the programs the metadata
+host chooses, or the map window's two pieces; for a split object one program array with a slot per program;
+for a hook object its ring buffer), and the programs the metadata
 names are tc programs that refer to nothing but those maps and kernel functions. An object that breaks a rule is
 refused with one ``UntrustedObject`` naming it, before any map exists.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from capsule.bpf.opcodes import Pseudo
 from capsule.bpf.spec import MapSpec, ObjectSpec
 from capsule.bpf.uapi import MapFlags, MapType, ProgType
-from capsule.compiler import abi
+from capsule.compiler import abi, hook_abi
 
 from .errors import CallError
 
@@ -28,13 +29,18 @@ class UntrustedObject(CallError):
 
 def check_object(spec: ObjectSpec, names: list[str]) -> None:
     """Refuse ``spec`` unless its maps and the programs ``names`` (the metadata's) are as the compiler makes them."""
-    allowed = {abi.WINDOW_MAP: _check_window, abi.PROGRAMS_MAP: _check_programs_map}
+    allowed = {abi.WINDOW_MAP: _check_window, abi.PROGRAMS_MAP: _check_programs_map,
+               hook_abi.RING_MAP: _check_ring, **dict.fromkeys(abi.MAP_PIECES, _check_piece)}
     for name, ms in spec.maps.items():
         if name not in allowed:
             _refuse(f"map {name!r} is not one capsule's compiler makes ({', '.join(allowed)})")
         allowed[name](ms, len(names))
-    if abi.WINDOW_MAP not in spec.maps:
-        _refuse(f"no {abi.WINDOW_MAP!r} map: the object has no memory window")
+    pieces = [name for name in abi.MAP_PIECES if name in spec.maps]
+    if abi.WINDOW_MAP in spec.maps and pieces:
+        _refuse(f"both an arena and map-window pieces ({', '.join(pieces)}): a window is one or the other")
+    if abi.WINDOW_MAP not in spec.maps and len(pieces) != len(abi.MAP_PIECES):
+        _refuse(f"no {abi.WINDOW_MAP!r} map and not the map window's pieces ({', '.join(abi.MAP_PIECES)}): "
+                "the object has no memory window")
     if (len(names) > 1) != (abi.PROGRAMS_MAP in spec.maps):
         _refuse(f"{len(names)} program(s) and {'a' if abi.PROGRAMS_MAP in spec.maps else 'no'} "
                 f"{abi.PROGRAMS_MAP!r} map: a split object has one, a whole one none")
@@ -62,6 +68,24 @@ def _check_window(ms: MapSpec, nprograms: int) -> None:
     if ms.flags & ~MapFlags.MMAPABLE or ms.contents is not None or ms.inner is not None or ms.key_size \
             or ms.value_size:
         _refuse(f"{what} has flags, contents or a shape the compiler does not give it")
+
+
+def _check_piece(ms: MapSpec, nprograms: int) -> None:
+    """A map-window piece: one mmapable array element, a power of two of whole pages that fits its place."""
+    what = f"map {ms.name!r}"
+    room = abi.GIB4 - abi.MAP_PIECES.get(ms.name, 0)
+    size = ms.value_size
+    if ms.type != MapType.ARRAY or ms.key_size != 4 or ms.max_entries != 1 or ms.flags != MapFlags.MMAPABLE:
+        _refuse(f"{what} is not one mmapable array element")
+    if size < abi.PAGE or size & (size - 1) or size > room or ms.contents is not None or ms.inner is not None:
+        _refuse(f"{what} is {size} bytes or has contents: a piece is a power of two of pages within the window")
+
+
+def _check_ring(ms: MapSpec, nprograms: int) -> None:
+    if ms.type != MapType.RINGBUF or ms.key_size or ms.value_size or ms.contents is not None:
+        _refuse(f"map {ms.name!r} is not a ring buffer")
+    if ms.max_entries < abi.PAGE or ms.max_entries & (ms.max_entries - 1):
+        _refuse(f"map {ms.name!r}: a ring buffer of {ms.max_entries} bytes (a power of two of pages)")
 
 
 def _check_programs_map(ms: MapSpec, nprograms: int) -> None:

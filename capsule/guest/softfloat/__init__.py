@@ -106,23 +106,24 @@ class SoftFloatLibrary:
         return self.functions[WASM_OPS[mnemonic]]
 
 
-def cflags() -> list[str]:
-    return bpf_cflags(MCPU) + ["-Wextra", "-Werror"]
+def cflags(mcpu: str = MCPU) -> list[str]:
+    return bpf_cflags(mcpu) + ["-Wextra", "-Werror"]
 
 
-def build(out_dir: Path | None = None) -> Path:
-    """Compile softfloat.c (once per content, flags and clang version) and return the object's path."""
+def build(out_dir: Path | None = None, mcpu: str = MCPU) -> Path:
+    """Compile softfloat.c (once per content, flags and clang version) and return the object's path; ``mcpu``
+    "v3" for kernels without cpu v4 (the compiler's ``Options(cpu=3)``)."""
     out_dir = out_dir or cache_dir("softfloat")
     cc = clang()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     sources = b"".join(p.read_bytes() for p in [SOURCE, *sorted(SOURCE.parent.glob("*.h"))])
-    key = hashlib.sha256(sources + repr(cflags()).encode() + version.encode()).hexdigest()[:20]
+    key = hashlib.sha256(sources + repr(cflags(mcpu)).encode() + version.encode()).hexdigest()[:20]
     out = out_dir / f"softfloat-{key}.o"
     if out.exists():
         return out
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    res = subprocess.run([cc, *cflags(), "-c", str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
+    res = subprocess.run([cc, *cflags(mcpu), "-c", str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
     if res.returncode:
         tmp.unlink(missing_ok=True)
         raise ToolchainError(f"clang-19 could not compile {SOURCE}:\n{res.stderr.rstrip()}")
@@ -186,9 +187,9 @@ def _check_self_contained(name: str, insns: list[Insn]) -> None:
 
 
 @functools.cache
-def library() -> SoftFloatLibrary:
+def library(mcpu: str = MCPU) -> SoftFloatLibrary:
     """The built and extracted library (built on first call, then from the cache)."""
-    path = build()
+    path = build(mcpu=mcpu)
     return SoftFloatLibrary(path, extract(path.read_bytes()))
 
 
