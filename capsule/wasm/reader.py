@@ -397,6 +397,8 @@ def _names(m: Module) -> Names:
         try:
             while not s.at_end():
                 sub, size = s.byte(), s.u32()
+                if size > s.end - s.pos:  # a subsection running past its section (found by capsule fuzz)
+                    raise s.fail(f"name subsection size {size} out of bounds", s.pos)
                 sub_r = _Reader(sec.data, s.pos, s.pos + size)
                 s.pos += size
                 if sub == 0:

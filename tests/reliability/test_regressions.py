@@ -106,3 +106,12 @@ def test_writing_a_program_of_no_known_type_without_a_section() -> None:
     ps.section, ps.type = "", ProgType.UNSPEC
     with pytest.raises(WriteError, match="no conventional section name"):
         object_bytes(spec)
+
+
+def test_a_name_subsection_running_past_its_section() -> None:
+    """(fuzzer, wasm input 8459 of seed 2027, reduced to 25 bytes) an IndexError from the reader; now the
+    module's own fault (its table's limits) is what it reports."""
+    from capsule.wasm import WasmError, load
+
+    with pytest.raises(WasmError, match="table size minimum"):
+        load(bytes.fromhex("0061736d01000000040501700102010008046e616d65028100"))
