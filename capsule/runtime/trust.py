@@ -53,7 +53,8 @@ def check_object(spec: ObjectSpec, names: list[str]) -> None:
         for pc, ins in enumerate(ps.insns):
             if ins.ref is None or not ins.is_ld_imm64:
                 continue  # kernel functions (kfunc calls) are the verifier's to allow or refuse
-            if ins.src != Pseudo.MAP_FD or ins.ref not in spec.maps:
+            value = ins.src == Pseudo.MAP_VALUE and ins.ref in abi.MAP_PIECES  # a map-window piece's address
+            if not (ins.src == Pseudo.MAP_FD or value) or ins.ref not in spec.maps:
                 _refuse(f"program {name!r}: instruction {pc} loads {ins.ref!r}, which is not one of its maps")
 
 
@@ -71,14 +72,14 @@ def _check_window(ms: MapSpec, nprograms: int) -> None:
 
 
 def _check_piece(ms: MapSpec, nprograms: int) -> None:
-    """A map-window piece: one mmapable array element, a power of two of whole pages that fits its place."""
+    """A map-window piece: one mmapable array element of whole pages that fits its place."""
     what = f"map {ms.name!r}"
     room = abi.GIB4 - abi.MAP_PIECES.get(ms.name, 0)
     size = ms.value_size
     if ms.type != MapType.ARRAY or ms.key_size != 4 or ms.max_entries != 1 or ms.flags != MapFlags.MMAPABLE:
         _refuse(f"{what} is not one mmapable array element")
-    if size < abi.PAGE or size & (size - 1) or size > room or ms.contents is not None or ms.inner is not None:
-        _refuse(f"{what} is {size} bytes or has contents: a piece is a power of two of pages within the window")
+    if size < abi.PAGE or size % abi.PAGE or size > room or ms.contents is not None or ms.inner is not None:
+        _refuse(f"{what} is {size} bytes or has contents: a piece is whole pages within the window")
 
 
 def _check_ring(ms: MapSpec, nprograms: int) -> None:
