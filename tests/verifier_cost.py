@@ -32,6 +32,7 @@ KNOWN = {
     "tests/compiler/test_differential.py::test_profiles_agree": 16.91,
     "tests/compiler/test_packing.py::test_many_physical_functions_agree_with_wasmtime": 11.04,
     "tests/compiler/test_differential.py::test_hash_table": 4.39,
+    "tests/compiler/test_map_window.py": 15.88,  # small spec objects, no-may_goto and map-window forms
 }
 GROWTH = 1.1
 SMALL = 2000  # below this many instructions a ratio says little (a dispatcher alone is a few hundred)

@@ -78,8 +78,9 @@ def _check_piece(ms: MapSpec, nprograms: int) -> None:
     size = ms.value_size
     if ms.type != MapType.ARRAY or ms.key_size != 4 or ms.max_entries != 1 or ms.flags != MapFlags.MMAPABLE:
         _refuse(f"{what} is not one mmapable array element")
-    if size < abi.PAGE or size % abi.PAGE or size > room or ms.contents is not None or ms.inner is not None:
-        _refuse(f"{what} is {size} bytes or has contents: a piece is whole pages within the window")
+    zero = ms.contents is None or not any(ms.contents)  # its ELF form (.bss) may spell the zeros out
+    if size < abi.PAGE or size % abi.PAGE or size > room or not zero or ms.inner is not None:
+        _refuse(f"{what} is {size} bytes or has contents: a piece is whole zeroed pages within the window")
 
 
 def _check_ring(ms: MapSpec, nprograms: int) -> None:
