@@ -6,6 +6,7 @@ every test loads its own script into it."""
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 from collections import Counter
@@ -34,11 +35,18 @@ def observer() -> Iterator[HookProgram]:
 
 @pytest.fixture
 def lua(observer: HookProgram, no_kernel_fd_leak: None) -> Iterator[tuple[HookProgram, Collector]]:
-    """The observer with the packet counters as they are, a fresh collector of its ring, settings reset."""
+    """The observer with the packet counters as they are, a fresh collector of its ring, settings reset; this
+    process kept on one CPU meanwhile: each CPU has its own Lua VM, so test runs that migrate between CPUs
+    (a loaded machine) would split a script's state between two VMs."""
     observer.configure(budget=1_000_000, default_verdict="pass")
     col = Collector(observer)
-    yield observer, col
-    col.close()
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        yield observer, col
+    finally:
+        os.sched_setaffinity(0, cpus)
+        col.close()
 
 
 def _script(prog: HookProgram, text: str) -> LuaVMs:
