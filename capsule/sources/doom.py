@@ -21,13 +21,12 @@ the call with the right type). The sources themselves are not changed; the nativ
 
 from __future__ import annotations
 
-import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from capsule.sources.apt import DebianBinary, debian_binary
-from capsule.sources.fetch import FetchError, cache_root, extract, fetch_once, sha256_file, staged, stamped
-from capsule.sources.pypi import download_sdist
+from capsule.sources.fetch import FetchError, cache_root, sha256_file, stamped
+from capsule.sources.pypi import fetch_c_dir
 from capsule.toolchain.guest import GUEST_DIR, Source
 from capsule.toolchain.guest import build_wasm as _build_wasm
 from capsule.toolchain.native import build_native_cached
@@ -70,24 +69,8 @@ def cached(root: Path | None = None) -> Path | None:
 def fetch(root: Path | None = None) -> Path:
     """doomgeneric's source tree, fetched once and cached. Raises RegistryUnavailable when it is not cached and
     PyPI cannot be reached, FetchError when the download does not match its checksums."""
-    root = root or cache_root()
-    tree = root / tree_name()
-
-    def fetch_tree() -> Path:
-        return unpack(download_sdist(SDIST_PROJECT, SDIST, SDIST_SHA256, root / "pypi"), tree)
-
-    return fetch_once(tree, SDIST_SHA256, fetch_tree)
-
-
-def unpack(sdist: Path, tree: Path) -> Path:
-    """Only ``doomgeneric/``'s C files and headers as ``tree``, atomically."""
-    with staged(tree, SDIST_SHA256) as top, tarfile.open(sdist) as tar:
-        top.mkdir()
-        extract(tar, SDIST_DIR, top, lambda rel: "/" not in rel and rel.endswith((".c", ".h")))
-        missing = [f"{name}.c" for name in ENGINE if not (top / f"{name}.c").is_file()]
-        if missing:
-            raise FetchError(f"{sdist.name} lacks {', '.join(missing)} in {SDIST_DIR}/")
-    return tree
+    return fetch_c_dir(SDIST_PROJECT, SDIST, SDIST_SHA256, SDIST_DIR, (root or cache_root()) / tree_name(),
+                       [f"{name}.c" for name in ENGINE])
 
 
 def wad(root: Path | None = None) -> Path:

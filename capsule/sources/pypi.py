@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
-from capsule.sources.fetch import FetchError, RegistryUnavailable, download, sha256_file
+from capsule.sources.fetch import FetchError, RegistryUnavailable, download, extract, fetch_once, sha256_file, staged
 
 DEFAULT_PYPI_INDEX = "https://pypi.org/simple"
 
@@ -50,3 +52,21 @@ def download_sdist(project: str, filename: str, sha256: str, dest: Path) -> Path
     if listed and listed != sha256:
         raise FetchError(f"the index lists {filename} with SHA-256 {listed}, capsule pins {sha256}")
     return download(url, path, sha256)
+
+
+def fetch_c_dir(project: str, filename: str, sha256: str, subdir: str, tree: Path, required: Sequence[str]) -> Path:
+    """The C files and headers directly in ``subdir/`` of a pinned sdist, unpacked as ``tree`` (atomically,
+    once: later calls find it cached); the sdist itself is kept in ``tree.parent / "pypi"``. Raises FetchError
+    when a ``required`` file is not there."""
+
+    def fetch_tree() -> Path:
+        sdist = download_sdist(project, filename, sha256, tree.parent / "pypi")
+        with staged(tree, sha256) as top, tarfile.open(sdist) as tar:
+            top.mkdir()
+            extract(tar, subdir, top, lambda rel: "/" not in rel and rel.endswith((".c", ".h")))
+            missing = [name for name in required if not (top / name).is_file()]
+            if missing:
+                raise FetchError(f"{sdist.name} lacks {', '.join(missing)} in {subdir}/")
+        return tree
+
+    return fetch_once(tree, sha256, fetch_tree)

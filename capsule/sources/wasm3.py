@@ -11,12 +11,11 @@ FUNCTION [ARGS...]`` prints the results), compiled into both builds. The flags a
 
 from __future__ import annotations
 
-import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from capsule.sources.fetch import FetchError, cache_root, extract, fetch_once, staged, stamped
-from capsule.sources.pypi import download_sdist
+from capsule.sources.fetch import cache_root, stamped
+from capsule.sources.pypi import fetch_c_dir
 from capsule.toolchain.guest import GUEST_DIR
 from capsule.toolchain.guest import build_wasm as _build_wasm
 from capsule.toolchain.native import build_native_cached
@@ -47,26 +46,8 @@ def cached(root: Path | None = None) -> Path | None:
 def fetch(root: Path | None = None) -> Path:
     """wasm3's source tree, fetched once and cached. Raises RegistryUnavailable when it is not cached and PyPI
     cannot be reached, FetchError when the download does not match its checksums."""
-    root = root or cache_root()
-    tree = root / tree_name()
-
-    def fetch_tree() -> Path:
-        return unpack(download_sdist(SDIST_PROJECT, SDIST, SDIST_SHA256, root / "pypi"), tree)
-
-    return fetch_once(tree, SDIST_SHA256, fetch_tree)
-
-
-def unpack(sdist: Path, tree: Path) -> Path:
-    """Only ``wasm3/``'s C files and headers as ``tree``, atomically."""
-    with staged(tree, SDIST_SHA256) as top, tarfile.open(sdist) as tar:
-        top.mkdir()
-        extract(tar, SDIST_DIR, top, lambda rel: "/" not in rel and rel.endswith((".c", ".h")))
-        missing = [f"{name}.c" for name in ENGINE if not (top / f"{name}.c").is_file()]
-        if missing or not (top / "wasm3.h").is_file():
-            raise FetchError(f"{sdist.name} lacks {', '.join(missing) or 'wasm3.h'} in {SDIST_DIR}/")
-        if f'#define M3_VERSION       "{WASM3_VERSION}"' not in (top / "wasm3.h").read_text():
-            raise FetchError(f"{sdist.name} does not carry wasm3 {WASM3_VERSION}")
-    return tree
+    return fetch_c_dir(SDIST_PROJECT, SDIST, SDIST_SHA256, SDIST_DIR, (root or cache_root()) / tree_name(),
+                       [*(f"{name}.c" for name in ENGINE), "wasm3.h"])
 
 
 def sources(tree: Path) -> list[Path]:
