@@ -70,8 +70,11 @@ class Plan:
 
 def estimate(m: Module, index: int, leaves: frozenset[int]) -> int:
     """Estimated BPF instructions of function ``index`` in a physical function."""
-    if index in leaves:
-        return LEAF_STUB_SIZE
+    return LEAF_STUB_SIZE if index in leaves else body_size(m, index)
+
+
+def body_size(m: Module, index: int) -> int:
+    """Estimated BPF instructions of defined function ``index``'s body."""
     func = m.defined_func(index)
     assert func is not None
     return max(1, math.ceil(len(func.body) * BPF_PER_WASM))
@@ -253,8 +256,7 @@ def _nested_calls(m: Module, phys_of: dict[int, int], phys_band: list[int], phys
     leaf_cost = [0] * len(phys_band)
     for (a, b), k in call_sites(m).items():
         if b in leaves:
-            leaf = m.defined_func(b)
-            leaf_cost[phys_of[a]] += k * (math.ceil(len(leaf.body) * BPF_PER_WASM) if leaf else 1)
+            leaf_cost[phys_of[a]] += k * body_size(m, b)
         elif phys_of[a] != phys_of[b]:
             key = (phys_of[a], phys_of[b])
             sites[key] = sites.get(key, 0) + k
