@@ -122,7 +122,9 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
     fs.stack.spill_regs(base)
     cont = fs.new_region()
     fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), frame_insn(store_frame(abi.FRAME_CALLER, T0)))
-    ins = st(4, FRAME, abi.FRAME_RETURN, 0)
+    # the return region and, unless it is a catching frame, the zero word after it: one 8-byte store (the
+    # immediate is sign-extended, and region ids are below 2^31)
+    ins = st(4 if catch else 8, FRAME, abi.FRAME_RETURN, 0)
     fs.code.region_ref(ins, cont)
     fs.emit(frame_insn(ins))
     if catch:
@@ -133,8 +135,6 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
         else:
             fs.emit(mov(T0, 1))
         fs.emit(frame_insn(stx(4, FRAME, abi.FRAME_RETURN + 4, T0)))
-    else:
-        fs.emit(frame_insn(st(4, FRAME, abi.FRAME_RETURN + 4, 0)))
     # state = (fp + frame size) << 32 | callee entry
     fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), fs.frame_relative(alu(Alu.ADD, T0, 0), "imm"))
     direct = callee is not None and fs.info.direct(fs.index, callee.func)
@@ -276,10 +276,9 @@ def leaf_call(fs: FunctionState, ft: FuncType, callee: int) -> None:
     fs.stack.materialize_below(base)
     fs.stack.spill_regs(base, only=CALLER_SAVED)
     # the header makes the leaf's frame part of the chain a backtrace walks (any region of ours names us)
-    ins = st(4, FRAME, abi.FRAME_RETURN, 0)
+    ins = st(8, FRAME, abi.FRAME_RETURN, 0)  # and the zero word after the region (``call_sequence``)
     fs.code.region_ref(ins, fs.regions[0])
-    fs.emit(ldx(8, R1, FP, BPF_FP_SCALAR), frame_insn(store_frame(abi.FRAME_CALLER, R1)),
-            frame_insn(ins), frame_insn(st(4, FRAME, abi.FRAME_RETURN + 4, 0)))
+    fs.emit(ldx(8, R1, FP, BPF_FP_SCALAR), frame_insn(store_frame(abi.FRAME_CALLER, R1)), frame_insn(ins))
     fs.emit(fs.frame_relative(alu(Alu.ADD, R1, 0), "imm"), ldx(8, R2, FP, BPF_FIBER_SCALAR),
             call(leaf_name(callee)))
     fs.emit(jmp(Jmp.JNE, T0, 0, _propagate_label(fs)))

@@ -38,8 +38,11 @@ def loop(fs: FunctionState, ins: Instr) -> None:
     fs.stack.materialize_all()
     head = fs.fresh("loop")
     region = fs.new_region()
+    # (a local dead at the head is written before it is read in every iteration: nothing to widen)
+    head_live = fs.live.before[fs.pos]
     written = sorted({x.imm for x in fs.func.body[fs.pos + 1 : ins.end]
-                      if x.op in (Op.LOCAL_SET, Op.LOCAL_TEE) and x.imm in fs.local_regs})
+                      if x.op in (Op.LOCAL_SET, Op.LOCAL_TEE) and x.imm in fs.local_regs
+                      and head_live >> x.imm_as(int) & 1})
     widen = tuple((n, fs.local_regs[n]) for n in written)
     fs.ctls.append(Ctl("loop", head, len(fs.stack) - len(params), params, results, ins.end, region=region,
                        widen=widen))

@@ -23,13 +23,14 @@ from .values import Const, Entry, Local, Slot, load_frame, store_frame
 
 class OperandStack:
     def __init__(self, out: Emitter, nlocals: int, regs: tuple[Reg, ...], local_regs: dict[int, Reg],
-                 next_set: Callable[[], int | None] = lambda: None) -> None:
+                 next_set: Callable[[], int | None] = lambda: None, live: Callable[[], int] = lambda: -1) -> None:
         self.out = out
         self.nlocals = nlocals
         self.regs = regs  # the homes of the lowest slots
         self.local_regs = local_regs  # locals that live in registers inside a region
         self.reg_local = {r: n for n, r in local_regs.items()}
         self.next_set = next_set  # the local the next instruction sets, if it is a local.set/tee
+        self.live = live  # the locals live here (a bit set, ``liveness``): only they are saved and reloaded
         self.entries: list[Entry] = []
         self.max_height = 0  # the frame gets a spill slot for each
         self._spill: tuple[int, Insn, Reg] | None = None  # the last store of a result to its memory home
@@ -202,8 +203,9 @@ class OperandStack:
             r = self.regs[i]
             if only is None or r in only:
                 self.out.emit(store_frame(self.spill_off(i), r))
+        live = self.live()
         for n, r in self.local_regs.items():
-            if only is None or r in only:
+            if (only is None or r in only) and live >> n & 1:
                 self.out.emit(store_frame(self.local_off(n), r))
 
     def reload_regs(self, height: int, only: frozenset[Reg] | None = None) -> None:
@@ -211,6 +213,7 @@ class OperandStack:
             r = self.regs[i]
             if only is None or r in only:
                 self.out.emit(load_frame(r, self.spill_off(i)))
+        live = self.live()
         for n, r in self.local_regs.items():
-            if only is None or r in only:
+            if (only is None or r in only) and live >> n & 1:
                 self.out.emit(load_frame(r, self.local_off(n)))

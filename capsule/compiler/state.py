@@ -23,6 +23,7 @@ from . import abi
 from .abi import BPF_FIBER, BPF_FP_SCALAR
 from .code import Code, RegionKey
 from .emit import T0, T1
+from .liveness import liveness
 from .options import Options
 from .stack import OperandStack
 from .values import FrameLayout, register_plan
@@ -106,6 +107,9 @@ class Ctl:
         return self.params if self.kind == "loop" else self.results
 
 
+_NO_FALL_THROUGH = frozenset({Op.BR, Op.BR_TABLE, Op.RETURN, Op.UNREACHABLE})
+
+
 class FunctionState:
     def __init__(self, info: ModuleInfo, index: int, *, leaf: bool = False) -> None:
         self.info = info
@@ -133,7 +137,19 @@ class FunctionState:
         # the hottest locals live in callee-saved registers inside a region; the operand stack takes the rest
         local_regs, stack_regs = register_plan(func)
         self.local_regs: dict[int, Reg] = local_regs
-        self.stack = OperandStack(self, len(func.locals), stack_regs, local_regs, self._next_set)
+        # a register local is saved and reloaded only where it is live (dead ones may hold anything, even
+        # nothing the verifier would let us read: no path reads them before writing them)
+        self.live = liveness(func)
+        self.stack = OperandStack(self, len(func.locals), stack_regs, local_regs, self._next_set, self.live_mask)
+
+    def live_mask(self) -> int:
+        """The locals live just before or just after the instruction being lowered: what code emitted for it
+        (a call's saves and reloads, a loop's entry and back-edges, a region's exit) must keep."""
+        if self.pos >= len(self.func.body):
+            return 0
+        if self.func.body[self.pos].op in _NO_FALL_THROUGH:  # what follows it is unreachable
+            return self.live.before[self.pos]
+        return self.live.before[self.pos] | self.live.after(self.pos)
 
     def _next_set(self) -> int | None:
         """The local the instruction after the one being lowered sets (local.set/tee), if any."""
