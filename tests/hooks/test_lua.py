@@ -206,14 +206,16 @@ def test_integers_are_formatted_as_printf_does(lua):
     prog, ring = lua
     values = [0, 1, -1, 9, 10, 255, 65535, -(1 << 63), (1 << 63) - 1, 123456789, -987654321]
     formats = ["d", "i", "u", "x", "X", "5d", "-3d", "02x"]
-    _script(prog, """
-        VALUES = {%s}
+    literals = ", ".join("math.mininteger" if v == -(1 << 63) else str(v) for v in values)
+    pattern = "|".join("%" + f for f in formats)
+    args = ", ".join("v" for _ in formats)
+    _script(prog, f"""
+        VALUES = {{{literals}}}
         function on_packet(pkt)
           for _, v in ipairs(VALUES) do
-            print(string.format("%s", %s), tostring(v), v .. "", 1.5)
+            print(string.format("{pattern}", {args}), tostring(v), v .. "", 1.5)
           end
-        end""" % (", ".join(f"math.tointeger({v})" if v != -(1 << 63) else "math.mininteger" for v in values),
-                  "|".join("%" + f for f in formats), ", ".join("v" for _ in formats)))
+        end""")
     assert prog.run(b"\x01" * 60)[0] == XDPAction.PASS
     want = ["|".join(_printf(f, v) for f in formats) + f"\t{v}\t{v}\t1.5" for v in values]
     assert ring.drain() == want
