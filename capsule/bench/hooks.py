@@ -21,6 +21,7 @@ import argparse
 import json
 import socket
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,7 +31,7 @@ from capsule.bpf.elf import read_object
 from capsule.compiler import hook_abi as h
 from capsule.hooks import packets as P
 from capsule.hooks.attach import Attachment
-from capsule.hooks.build import hook_object, lua_observer
+from capsule.hooks.build import LUA_UNITY, hook_object, lua_observer
 from capsule.hooks.lua import load_script
 from capsule.hooks.netns import VethPair
 from capsule.hooks.program import HookProgram
@@ -40,8 +41,11 @@ from capsule.kernel.consts import XDPFlags
 from capsule.kernel.link import Link, run_in_netns
 from capsule.kernel.prog import Program, ProgramInfo, bpf_stats
 from capsule.kernel.ringbuf import RingBuffer
+from capsule.sources import lua as lua_recipe
 from capsule.toolchain.cache import cache_dir
-from capsule.toolchain.clang import compile_bpf
+from capsule.toolchain.clang import ToolchainError, compile_bpf
+from capsule.toolchain.guest import GUEST_DIR
+from capsule.toolchain.native import build_native
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "hook_programs"
@@ -135,6 +139,27 @@ def bench_hook(name: str, hp: HookProgram, repeat: int, rounds: int, packets: in
     return Row(name, tr, live, pps)
 
 
+def bench_lua_native(script: str, packets: int) -> Row | None:
+    """The Lua observer's glue and Lua itself built natively (gcc -m32: the glue keeps heap addresses in 32
+    bits, as in the guest) and fed the same frame in a loop (``hook_programs/lua_native.c``): CPU ns per
+    packet, in the test-run column. None when gcc cannot build 32-bit programs here."""
+    root = cache_dir("bench-hooks")
+    root.mkdir(parents=True, exist_ok=True)
+    tree = lua_recipe.fetch()
+    try:
+        exe = build_native([tree / lua_recipe.SHIM, LUA_UNITY, LUA_UNITY.parent / "heap.c", PROGRAMS / "lua_native.c"],
+                           root / "lua_native", ["-m32", *lua_recipe.LUA_CFLAGS, f"-I{tree}",
+                                                 f"-I{GUEST_DIR / 'include'}", f"-I{LUA_UNITY.parent}"])
+    except ToolchainError:
+        return None
+    (root / "script.lua").write_text(script)
+    (root / "frame.bin").write_bytes(frame())
+    out = subprocess.run([str(exe), str(root / "script.lua"), str(root / "frame.bin"), str(packets)],
+                         capture_output=True, text=True, check=True).stdout
+    ns = float(out.split("ns_per_packet")[-1])
+    return Row("(c) the same Lua and glue, gcc -m32 natively", ns, 0.0, 0.0)
+
+
 def run(repeat: int = 20000, rounds: int = 5, packets: int = 20000, lua: bool = True) -> list[Row]:
     rows = [bench_bpf(repeat, rounds, packets)]
     with HookProgram(hook_object("xdp", [PROGRAMS / "parse.c"])) as hp:
@@ -143,9 +168,13 @@ def run(repeat: int = 20000, rounds: int = 5, packets: int = 20000, lua: bool = 
         hp.write("print_flows", 0)
         rows.append(bench_hook("(b) capsule example flow handler", hp, repeat, rounds, packets))
     if lua:
+        parse_only = (EXAMPLES / "lua_count.lua").read_text() + "\nREPORT_EVERY = 0\n"
         with HookProgram(lua_observer("xdp"), heap=48 << 20) as hp:
-            load_script(hp, (EXAMPLES / "lua_count.lua").read_text() + "\nREPORT_EVERY = 0\n")
+            load_script(hp, parse_only)
             rows.append(bench_hook("(c) Lua observer, parse only", hp, repeat, rounds, packets))
+            native = bench_lua_native(parse_only, 10 * repeat)
+            if native is not None:
+                rows.append(native)
             load_script(hp, (EXAMPLES / "lua_flows.lua").read_text() + "\nEVERY_PACKET = true\n")
             rows.append(bench_hook("(d) Lua observer, a line per packet", hp, repeat // 10, rounds, packets // 4,
                                    prints=True))

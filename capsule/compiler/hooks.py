@@ -76,6 +76,7 @@ from .state import CompileError
 PROGRAM_TYPES = {"xdp": ("xdp.frags", ProgType.XDP, ProgFlags.XDP_HAS_FRAGS, AttachType.XDP),
                  "tc": ("tc", ProgType.SCHED_CLS, 0, 0)}
 EMIT_FUNC = "capsule_emit"  # the global function behind the capsule.emit intrinsic
+COPY_BLOCK = 64  # bytes the packet copy moves per step, as eight word loads and stores
 HANDLER_TYPE = FuncType((ValType.I32, ValType.I32, ValType.I32), (ValType.I32,))
 
 # the entry program's BPF stack (BPF_ENTRY_FIBER is where the dispatcher's calls find the fiber)
@@ -221,24 +222,39 @@ def _clamp(code: Code, n: Reg) -> None:
 
 
 def _copy(code: Code, stem: str, *, to_packet: bool) -> None:
-    """Copy R4 bytes between the packet (R2 data, R3 data_end) and the buffer (R5, an arena pointer), 8 bytes
-    at a time, then byte by byte. The index lives in the fiber block's scratch, so the verifier knows only its
-    range (masked to PKT_MAX) and the loop's states converge instead of being walked byte by byte; every
-    packet access is checked against data_end. Clobbers R0, R1, R8."""
+    """Copy R4 bytes between the packet (R2 data, R3 data_end) and the buffer (R5, an arena pointer):
+    COPY_BLOCK bytes a step of a loop, then what is left (less than a block) in straight-line code, words
+    and then bytes. The loop's index lives in the fiber block's scratch, so the verifier knows only its
+    range (masked to PKT_MAX) and the loop's states converge instead of being walked block by block; every
+    packet access is checked against data_end. Clobbers R0, R1, R8, R9."""
     scr = h.FB_SCRATCH
     code.emit(st(8, R6, scr, 0))
-    for width in (8, 1):
-        loop, out = f"hook.{stem}{width}", f"hook.{stem}{width}.out"
-        code.label(loop)
-        code.emit(ldx(8, R0, R6, scr), mov(R1, R0), alu(Alu.ADD, R1, width), jmp(Jmp.JGT, R1, R4, out),
-                  alu(Alu.AND, R0, h.PKT_MAX - 1),
-                  mov(R1, R2), alu(Alu.ADD, R1, R0), mov(R8, R1), alu(Alu.ADD, R8, width), jmp(Jmp.JGT, R8, R3, out))
-        if to_packet:
-            code.emit(mov(R8, R5), alu(Alu.ADD, R8, R0), ldx(width, R8, R8, 0), stx(width, R1, 0, R8))
-        else:
-            code.emit(ldx(width, R8, R1, 0), mov(R1, R5), alu(Alu.ADD, R1, R0), stx(width, R1, 0, R8))
-        code.emit(alu(Alu.ADD, R0, width), stx(8, R6, scr, R0), may_goto(out), ja(loop))
+    loop, tail, done = f"hook.{stem}blk", f"hook.{stem}tail", f"hook.{stem}done"
+    code.label(loop)
+    code.emit(ldx(8, R0, R6, scr), mov(R1, R0), alu(Alu.ADD, R1, COPY_BLOCK), jmp(Jmp.JGT, R1, R4, tail),
+              alu(Alu.AND, R0, h.PKT_MAX - 1), mov(R1, R2), alu(Alu.ADD, R1, R0), mov(R8, R1),
+              alu(Alu.ADD, R8, COPY_BLOCK), jmp(Jmp.JGT, R8, R3, tail), alu(Alu.ADD, R0, R5))  # R0: the buffer's
+    for k in range(0, COPY_BLOCK, 8):
+        code.emit(*_move(8, R0, R1, k, to_packet))
+    code.emit(ldx(8, R0, R6, scr), alu(Alu.ADD, R0, COPY_BLOCK), stx(8, R6, scr, R0), may_goto(tail), ja(loop))
+    # the rest: R9 bytes left, R1 where they are in the packet, R0 in the buffer
+    code.label(tail)
+    code.emit(ldx(8, R0, R6, scr), alu(Alu.AND, R0, h.PKT_MAX - 1), mov(R9, R4), alu(Alu.SUB, R9, R0),
+              mov(R1, R2), alu(Alu.ADD, R1, R0), alu(Alu.ADD, R0, R5))
+    words = f"hook.{stem}bytes"
+    for width, steps, out in ((8, COPY_BLOCK // 8 - 1, words), (1, 7, done)):
+        for _ in range(steps):
+            code.emit(jmp(Jmp.JLT, R9, width, out), mov(R8, R1), alu(Alu.ADD, R8, width), jmp(Jmp.JGT, R8, R3, done),
+                      *_move(width, R0, R1, 0, to_packet), alu(Alu.ADD, R1, width), alu(Alu.ADD, R0, width),
+                      alu(Alu.SUB, R9, width))
         code.label(out)
+
+
+def _move(width: int, buf: Reg, pkt: Reg, off: int, to_packet: bool) -> list[Insn]:
+    """One load and store of ``width`` bytes at ``off`` between the buffer and the packet (through R8)."""
+    if to_packet:
+        return [ldx(width, R8, buf, off), stx(width, pkt, off, R8)]
+    return [ldx(width, R8, pkt, off), stx(width, buf, off, R8)]
 
 
 def _info(code: Code, kind: str) -> None:

@@ -107,6 +107,43 @@ def test_a_changed_packet_is_written_back(load, faults_xdp):
     assert prog.stats().writebacks == 1
 
 
+def test_the_copy_and_the_write_back_at_every_boundary(load, faults_xdp):
+    """The copy moves blocks, then words, then bytes (hooks._copy): lengths around each boundary, both ways
+    (the handler inverts what it got and the kernel writes it back), and nothing past the snap length."""
+    import random
+
+    prog, _ = load(faults_xdp)
+    prog.write("mode", 7)
+    rng = random.Random(11)
+    sizes = sorted({n + d for n in (8, 64, 128, 192) for d in (-1, 0, 1)} | {14, 15, 60, 71, 73, 1500})
+    for snaplen in (15, 64, 72, 2048):
+        prog.configure(snaplen=snaplen)
+        for n in (n for n in sizes if n >= 14):
+            frame = rng.randbytes(n)
+            action, out = prog.run(frame)
+            k = min(n, snaplen)
+            assert action == XDPAction.PASS and prog.read("last_captured") == k, (snaplen, n)
+            assert out == bytes(b ^ 0xFF for b in frame[:k]) + frame[k:], (snaplen, n)
+
+
+def test_atomic_wait_and_notify_in_a_hook(load, faults_xdp):
+    """Nothing in a hook may sleep. notify wakes nobody (0 woken); a hook module's memory is not shared
+    (it is built without wasm's threads ABI), so wait traps as the threads proposal says for an unshared
+    memory ("expected shared memory"), with the default verdict and a report, whatever the timeout."""
+    prog, ring = load(faults_xdp, default_verdict="drop")
+    prog.write("mode", 12)
+    assert prog.run(FRAME)[0] == XDPAction.PASS and prog.read("woken") == 0
+    for mode in (13, 14):
+        prog.write("mode", mode)
+        assert prog.run(FRAME)[0] == XDPAction.DROP
+    assert prog.read("waited") == 99  # never returned
+    ring.drain()
+    assert [(e.kind, e.code) for e in ring.events] == [("trap", abi.Trap.EXPECTED_SHARED)] * 2
+    assert ring.events[0].backtrace[0] == "on_packet"
+    st = prog.stats()
+    assert (st.traps, st.defaulted, st.packets) == (2, 2, 3)
+
+
 def test_malloc_fails_cleanly_when_the_heap_is_full(load, faults_xdp):
     prog, ring = load(faults_xdp, heap=2 << 20)
     size = prog.inst.memory_size

@@ -191,3 +191,46 @@ def test_a_vm_left_unfinished_is_restored(lua):
     lines = [ln for ln in ring.drain() if not ln.startswith("lua: cpu")]
     assert lines == ["packet\t1", "packet\t1"]  # the VM as the script's top level left it: n back to 0
     assert ring.events and ring.events[-1].kind == "budget"
+
+
+def _printf(fmt: str, v: int) -> str:
+    """C's printf of a 64-bit Lua integer, for the formats string.format passes on."""
+    u = v & (1 << 64) - 1
+    return {"d": str(v), "i": str(v), "u": str(u), "x": f"{u:x}", "X": f"{u:X}", "5d": f"{v:5d}",
+            "-3d": f"{v:<3d}", "02x": f"{u:02x}"}[fmt]
+
+
+def test_integers_are_formatted_as_printf_does(lua):
+    """The observer formats plain integer formats itself (lua_unity.c), everything else through snprintf:
+    both give what C's printf gives, as do tostring and "..", and a number that is not an integer."""
+    prog, ring = lua
+    values = [0, 1, -1, 9, 10, 255, 65535, -(1 << 63), (1 << 63) - 1, 123456789, -987654321]
+    formats = ["d", "i", "u", "x", "X", "5d", "-3d", "02x"]
+    literals = ", ".join("math.mininteger" if v == -(1 << 63) else str(v) for v in values)
+    pattern = "|".join("%" + f for f in formats)
+    args = ", ".join("v" for _ in formats)
+    _script(prog, f"""
+        VALUES = {{{literals}}}
+        function on_packet(pkt)
+          for _, v in ipairs(VALUES) do
+            print(string.format("{pattern}", {args}), tostring(v), v .. "", 1.5)
+          end
+        end""")
+    assert prog.run(b"\x01" * 60)[0] == XDPAction.PASS
+    want = ["|".join(_printf(f, v) for f in formats) + f"\t{v}\t{v}\t1.5" for v in values]
+    assert ring.drain() == want
+
+
+def test_a_packet_method_wants_the_packet(lua):
+    """The methods check their self by pointer: anything but this VM's packet is an error, not a read."""
+    prog, ring = lua
+    _script(prog, """
+        function on_packet(pkt)
+          local ok, err = pcall(pkt.u8, {}, 0)
+          print(ok, err)
+          print(pkt.len(pkt), #pkt, type(pkt), tostring(pkt):sub(1, 7))
+        end""")
+    assert prog.run(b"\x01" * 60)[0] == XDPAction.PASS
+    lines = ring.drain()
+    assert lines[0].startswith("false\t") and "capsule.packet expected, got table" in lines[0]
+    assert lines[1] == "60\t60\tuserdata\tpacket("

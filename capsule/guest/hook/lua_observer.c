@@ -7,7 +7,7 @@
  *
  *     function on_packet(pkt) ... end     -- called for every packet; returns a verdict (below) or nothing
  *
- * The packet is a userdata over the fiber's copy of it (valid during the call only):
+ * The packet is a (light) userdata over the fiber's copy of it (valid during the call only):
  *     pkt:len() (also #pkt)   its length;  pkt:captured()  the bytes copied (the snap length)
  *     pkt:byte(i [, j])       bytes i..j, 1-based, as string.byte;  pkt:sub(i [, j])  as string.sub
  *     pkt:u8(off) pkt:u16(off) pkt:u32(off)   the big-endian integer at 0-based byte offset off, or nil
@@ -44,7 +44,7 @@ struct lua_vm {
     lua_State *L;    /*  8 */
     uint32_t region; /* 12: the VM's heap region (from the shared heap) */
     uint32_t size;   /* 16: its size */
-    int32_t pkt_ref; /* 20: the packet userdata, in the registry */
+    int32_t unused;  /* 20 */
     int32_t fn_ref;  /* 24: on_packet, in the registry */
     uint32_t steps;  /* 28: count-hook calls in this packet */
     struct capsule_heap heap; /* 32 */
@@ -65,6 +65,9 @@ struct packet {
     const uint8_t *data;
     struct capsule_packet_info *info;
 };
+/* the packet object of each VM: a light userdata over its entry (no allocation, no registry look-up per
+ * packet; light userdata share one metatable, which the VM gives "capsule.packet"'s) */
+static struct packet packet_of[MAX_VMS];
 
 void rt_hook_write(uint32_t fd, const uint8_t *p, size_t n);
 
@@ -91,7 +94,15 @@ static void count_hook(lua_State *L, lua_Debug *ar) {
 }
 
 /* -- the packet object ---------------------------------------------------------------------------------- */
-static struct packet *check_packet(lua_State *L) { return luaL_checkudata(L, 1, "capsule.packet"); }
+/* The method's self: the VM's packet (a pointer compare, where luaL_checkudata would look the metatable up
+ * by name in the registry on every call). */
+static struct packet *check_packet(lua_State *L) {
+    struct lua_vm *vm = *(struct lua_vm **)lua_getextraspace(L);
+    struct packet *p = lua_touserdata(L, 1);
+    if (p != &packet_of[vm - capsule_lua_vm])
+        luaL_typeerror(L, 1, "capsule.packet");
+    return p;
+}
 
 static int p_len(lua_State *L) {
     lua_pushinteger(L, check_packet(L)->info->len);
@@ -276,10 +287,9 @@ __attribute__((export_name("capsule_lua_open"))) int32_t capsule_lua_open(int32_
     lua_pushcfunction(L, p_tostring);
     lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);
-    struct packet *p = lua_newuserdatauv(L, sizeof *p, 0);
-    memset(p, 0, sizeof *p);
+    lua_pushlightuserdata(L, &packet_of[fiber]);
     luaL_setmetatable(L, "capsule.packet");
-    vm->pkt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pop(L, 1);
     if (luaL_loadbuffer(L, script, script_len, "=script") != LUA_OK || lua_pcall(L, 0, 0, 0) != LUA_OK) {
         printf("lua: %s\n", lua_tostring(L, -1));
         return -1;
@@ -290,7 +300,8 @@ __attribute__((export_name("capsule_lua_open"))) int32_t capsule_lua_open(int32_
     }
     vm->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_gc(L, LUA_GCCOLLECT);
-    lua_sethook(L, count_hook, LUA_MASKCOUNT, STEP_CHUNK);
+    if (lua_steps)
+        lua_sethook(L, count_hook, LUA_MASKCOUNT, STEP_CHUNK);
     vm->state = VM_READY;
     return 0;
 }
@@ -335,8 +346,8 @@ CAPSULE_HANDLER int capsule_lua_packet(const uint8_t *pkt, uint32_t len, struct 
     vm->steps = 0;
     lua_State *L = vm->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, vm->fn_ref);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, vm->pkt_ref);
-    struct packet *p = lua_touserdata(L, -1);
+    struct packet *p = &packet_of[cpu];
+    lua_pushlightuserdata(L, p);
     p->data = pkt;
     p->info = info;
     int verdict;

@@ -12,6 +12,8 @@ volatile uint64_t spins;
 _Atomic uint64_t handled;
 uint64_t last_len, last_captured, last_cpu, last_seq, last_hook, last_ifindex;
 uint32_t allocations;
+_Alignas(4) volatile uint32_t word = 5;
+uint32_t woken = 99, waited = 99;
 
 __attribute__((noinline)) static int divide(int a, int b) { return a / b; }
 __attribute__((noinline)) static int recurse(volatile int n) { return n ? recurse(n + 1) + 1 : 0; }
@@ -74,6 +76,15 @@ CAPSULE_HANDLER int on_packet(const uint8_t *pkt, uint32_t len, struct capsule_p
         return CAPSULE_TX;
     case 11:
         return CAPSULE_DEFAULT;
+    case 12: /* wakes waiters on a word: nobody can be waiting in a BPF program */
+        woken = (uint32_t)__builtin_wasm_memory_atomic_notify((int *)&word, 1);
+        return CAPSULE_PASS;
+    case 13: /* waits for a word to change (1 ms at most) while it holds what it is waited on with */
+        waited = (uint32_t)__builtin_wasm_memory_atomic_wait32((int *)&word, (int)word, 1000000);
+        return CAPSULE_PASS;
+    case 14: /* the same, but the word already differs */
+        waited = (uint32_t)__builtin_wasm_memory_atomic_wait32((int *)&word, (int)word + 1, -1);
+        return CAPSULE_PASS;
     default:
         if (len && pkt[0] == 0xff)
             return CAPSULE_DROP;
