@@ -86,8 +86,8 @@ def job_doom(frames: str) -> str:
     want = [hashlib.sha256(dump[i * size:(i + 1) * size]).hexdigest() for i in range(n)]
     run = demo.play(wasm, wad, engine="kernel", frames=n, stdout=io.BytesIO(), stderr=io.BytesIO())
     if run.status != 0 or run.frame_hashes != want:
-        raise SystemExit(f"doom: status {run.status}, {sum(a == b for a, b in zip(run.frame_hashes, want, strict=False))} of "
-                         f"{n} frames as natively")
+        same = sum(a == b for a, b in zip(run.frame_hashes, want, strict=False))
+        raise SystemExit(f"doom: status {run.status}, {same} of {n} frames as natively")
     return f"doom: {n} frames as natively"
 
 
