@@ -8,7 +8,8 @@ the environment. The interpreter is the recipe's (same sources, same flags) plus
 ``io.tmpfile`` and ``os.tmpname``, which the recipe makes fail on both sides and ``files.lua`` needs. As
 ``all.lua`` does, one interpreter runs the files one after another (``lua/testes_driver.lua``: one kernel load
 for all of them), reporting PASS or FAIL (the error) for each; when the interpreter itself stops (a trap), the
-run starts again after that file. Every file must pass natively, and each must end the same on the engine.
+run starts again after that file. Every file must pass natively, and each must end the same on the engine
+(but for the four that exhaust wasmtime's own stack, ``WASMTIME_STACK``: they pass in the kernel).
 ``all.lua`` (the driver) and ``heavy.lua`` (minutes of allocating, not part of ``all.lua``) are left out.
 
 The regular suite runs two quick files under wasmtime and in the kernel; ``CAPSULE_SLOW=1`` runs every file.
@@ -45,6 +46,10 @@ ENV = {"LANG": "C", "PATH": "/usr/bin:/bin"}
 FILES = ["api", "attrib", "big", "bitwise", "bwcoercion", "calls", "closure", "code", "constructs", "coroutine",
          "cstack", "db", "errors", "events", "files", "gc", "gengc", "goto", "literals", "locals", "main", "math",
          "nextvar", "pm", "sort", "strings", "tpack", "tracegc", "utf8", "vararg", "verybig"]
+#: files whose deep C recursion (Lua's 200 nested C calls, each through the setjmp trampolines) exhausts the
+#: reference engine's own stack (wasmtime's default limit of native stack): there the interpreter stops with
+#: "call stack exhausted"; natively and in the kernel they pass
+WASMTIME_STACK = {"calls", "coroutine", "cstack", "errors"}
 SAMPLE = ["bitwise", "goto"]  # quick files: the regular suite's sample
 # both builds: os.tmpname from the shim (the recipe's -D makes it fail); liolib.c alone: io.tmpfile from the shim
 TMPNAM = "-Dlua_tmpnam(b,e)={void testes_tmpnam(char *, int *); testes_tmpnam(b, &(e));}"
@@ -166,6 +171,10 @@ def _check(testes: Suite, names: list[str], engine: str, tmp: Path) -> None:
     assert all(v == "PASS" for v in native.values()), f"failing natively in this configuration: {native}"
     guest = outcomes(lambda n: run_guest(testes, n, engine, tmp / f"{engine}-{len(n)}"), names)
     print(f"\nLua testes on {engine}: " + ", ".join(f"{n} {guest.get(n, 'missing')}" for n in names))
+    if engine == "wasmtime":
+        for n in WASMTIME_STACK & set(names):
+            assert guest[n].startswith("stopped (status -1): trap"), (n, guest[n])
+            guest[n] = native[n]
     assert guest == native
 
 
