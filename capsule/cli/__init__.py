@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # imports every command's module: Ctrl-C may come here too
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -2,6 +2,9 @@
 
 import sys
 
-from capsule.cli import main
+try:
+    from capsule.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command's modules are still being imported
+    sys.exit(130)
 
 sys.exit(main())

@@ -22,6 +22,7 @@ the link flags and the runtime's. ``progress`` hears of every object and of the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -55,8 +56,11 @@ RUNTIME_SOURCES = (
 )
 #: the libc layer, one object per concern so that a program defining one of these itself keeps its own
 LIBC_SOURCES = tuple(LIBC_DIR / f"{name}.c" for name in ("system", "chmod", "realpath", "getpid", "getpagesize",
-                                                              "pthread"))
+                                                              "pthread", "errno", "locale", "paths"))
 LIBC_ARCHIVE = "libcapsule.a"
+#: wasi-libc functions the libc layer wraps at the link (libc/paths.c: the empty path is ENOENT; libc/errno.c:
+#: stdio asking whether stdout is a terminal leaves errno alone)
+LIBC_WRAPS = ("-Wl,--wrap=__wasilibc_find_relpath_alloc", "-Wl,--wrap=__isatty")
 #: wasi-libc's emulations, on for every program: the macros make its headers declare the functions, the
 #: archives define them (a program that uses none links none of their code)
 WASI_EMULATIONS = ("signal", "process-clocks", "mman")
@@ -135,11 +139,21 @@ def include_flags(cxx: bool) -> list[str]:
     return [*flags, "-idirafter", str(WASI_INCLUDE)]
 
 
+@functools.cache
+def guest_headers_tag() -> str:
+    """A hash of the names of capsule's guest headers, on every compile's command line: a cached object is
+    reused while the headers it read are unchanged (``-MD``), but a header added here shadows one of wasi-libc's
+    that those objects read, which only a new key notices."""
+    names = sorted(p.relative_to(GUEST_INCLUDE).as_posix() for p in GUEST_INCLUDE.rglob("*.h"))
+    return hashlib.sha256("\0".join(names).encode()).hexdigest()[:12]
+
+
 def wasm_flags(cxx: bool) -> list[str]:
     """Every guest compile's flags before the user's: the target, the include path, wasi-libc's emulations,
     and setjmp/longjmp lowered by clang (emscripten sjlj) onto invoke_* imports the compiler turns into
     unwind-catching calls."""
     flags = [f"--target={TARGET}", *include_flags(cxx), f"-I{GUEST_DIR / 'crt'}", *EMULATION_DEFINES,
+             f"-D__CAPSULE_GUEST_HEADERS={guest_headers_tag()}",
              "-mllvm", "-enable-emscripten-sjlj", "-Wno-unused-command-line-argument"]
     if cxx:
         flags += ["-fno-exceptions"]
@@ -157,7 +171,7 @@ def _link_flags(user: Sequence[str], hook: bool = False) -> list[str]:
     # the table is exported for the reference engine's invoke_* (setjmp/longjmp) to call through; the C stack's
     # bounds for the runtime, which traps a stack pointer that leaves them (before the stack reaches the data)
     out = ["-nostartfiles", f"-Wl,-z,stack-size={DEFAULT_STACK}", "-Wl,--export-table",
-           "-Wl,--export=__stack_low", "-Wl,--export=__stack_high"]
+           "-Wl,--export=__stack_low", "-Wl,--export=__stack_high", *LIBC_WRAPS]
     if hook:
         out.append("-Wl,--no-entry")
     if not any("--max-memory" in f for f in user):

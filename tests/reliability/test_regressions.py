@@ -115,3 +115,15 @@ def test_a_name_subsection_running_past_its_section() -> None:
 
     with pytest.raises(WasmError, match="table size minimum"):
         load(bytes.fromhex("0061736d01000000040501700102010008046e616d65028100"))
+
+
+def test_ctrl_c_while_the_commands_are_imported_is_status_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by test_kill_attach.py: SIGINT while ``main`` imported the commands' modules (building its parser)
+    printed a KeyboardInterrupt traceback instead of ending with status 130."""
+    import capsule.cli as cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["run", "x.c"]) == 130

@@ -90,6 +90,8 @@ int32_t fs_lookup(int32_t dirfd, const char *path, size_t len, struct node **par
         return __WASI_ERRNO_NOTDIR;
     if (len == 0)
         return __WASI_ERRNO_NOENT;
+    if (len >= FS_PATH_MAX)
+        return __WASI_ERRNO_NAMETOOLONG;
     struct node *cur = of->node;
     const char *name = NULL;
     size_t name_len = 0;
@@ -107,6 +109,8 @@ int32_t fs_lookup(int32_t dirfd, const char *path, size_t len, struct node **par
             i++;
         const char *comp = path + start;
         size_t comp_len = i - start;
+        if (comp_len > FS_NAME_MAX)
+            return __WASI_ERRNO_NAMETOOLONG;
         if (name) {
             struct node *c = fs_child(cur, name, name_len);
             if (!c)

@@ -31,6 +31,9 @@ struct ofile {
 };
 
 #define MAX_FDS 256
+/* Linux's limits (NAME_MAX, PATH_MAX with its NUL): a longer name or path is ENAMETOOLONG, as there */
+#define FS_NAME_MAX 255
+#define FS_PATH_MAX 4096
 #define ALL_RIGHTS ((__wasi_rights_t)0x1fffffff)
 
 extern struct ofile fs_fds[MAX_FDS];
