@@ -290,7 +290,7 @@ def format_report(reports: list[KernelReport]) -> str:
     return "\n".join(lines)
 
 
-def _echo_for(label: str) -> Callable[[str], None]:
+def echo_for(label: str) -> Callable[[str], None]:
     """Echo a guest's console lines, each tagged with its kernel."""
     def echo(line: str) -> None:
         print(f"  [{label}] {line}")
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     for label in args.kernel or suite.kernels:
         start = time.monotonic()
         print(f"== booting Debian's {label} kernel (suite {suite.name})", flush=True)
-        reports.append(run_kernel(label, suite, echo=None if args.quiet else _echo_for(label)))
+        reports.append(run_kernel(label, suite, echo=None if args.quiet else echo_for(label)))
         print(f"== {label}: done in {time.monotonic() - start:.0f} s\n{format_report(reports[-1:])}", flush=True)
         if args.json:  # after each kernel, so an interrupted run keeps what it measured
             args.json.write_text(json.dumps([asdict(r) for r in reports], indent=2))
