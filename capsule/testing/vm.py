@@ -35,7 +35,7 @@ from capsule.toolchain.clang import compile_bpf
 from capsule.toolchain.guest import build_wasm
 from capsule.wasm import load
 
-from .qemu import VM, VMResult
+from .qemu import VM, VMResult, VMTimeout
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "corpus"
@@ -230,7 +230,15 @@ def run_kernel(label: str, suite: Suite, *, echo: Callable[[str], None] | None =
         out = Path(tmp)
         objs = figure_objects(out, suite.figures, suite.programs)
         vm = VM(kernel, guest_command(suite, out, objs, label), out=out, cwd=REPO, echo=echo)
-        result: VMResult = vm.run(timeout or suite.timeout)
+        limit = timeout or suite.timeout
+        start = time.monotonic()
+        try:
+            result: VMResult = vm.run(limit)
+        except VMTimeout as e:  # a report of what is known, not a traceback: pytest's reports come at its end
+            tail = [line for line in e.console.splitlines() if line.strip()][-1:]
+            report.error = f"{e}; the console's last line: {tail[0] if tail else '(none)'}"
+            report.run_seconds = time.monotonic() - start
+            return report
         report.status, report.boot_seconds, report.run_seconds = result.status, result.boot_seconds, result.run_seconds
         try:
             probe = json.loads((out / "probe.json").read_text())
