@@ -35,10 +35,12 @@ def program_name(k: int) -> str:
     """Program ``k`` of a compiled object: the first keeps the entry's old name."""
     return ENTRY_PROGRAM if k == 0 else f"{ENTRY_PROGRAM}_{k}"
 WINDOW_MAP = "capsule_window"  # the arena map that is the window
-# the map tier's window (``window``): two one-element mmapable ARRAYs, the object's .bss sections, mapped by the
-# host at these window addresses
+# the map tier's window (``window``): one-element mmapable ARRAYs, the object's .bss sections, mapped by the
+# host at these window addresses (MAP_PIECES)
 MEMORY_PIECE = ".bss.capsule_mem"  # linear memory, from 0
-RUNTIME_PIECE = ".bss.capsule_rt"  # the runtime area, from RT_BASE
+RUNTIME_PIECE = ".bss.capsule_rt"  # control block, globals, function info and tables, from RT_BASE
+FIBER_PIECE = ".bss.capsule_fiber"  # the fiber records, from FIBERS
+STACK_PIECE = ".bss.capsule_stack"  # the fibers' stacks, from STACKS
 META_SECTION = ".capsule.meta"  # what the host needs to instantiate and call the module (``meta``)
 DATA_SECTION = ".capsule.data"  # the data segments' bytes, placed by the host
 
@@ -61,7 +63,6 @@ def fast_mask(max_bytes: int) -> int:
         size <<= 1
     return size - 1
 
-MAP_PIECES = {MEMORY_PIECE: 0, RUNTIME_PIECE: RT_BASE}
 
 # control block (module-wide)
 CTRL = RT_BASE
@@ -84,6 +85,7 @@ FIBERS = RT_BASE + 0x220_0000
 FIBER_SIZE = 256
 MAX_FIBERS = 64
 STACKS = RT_BASE + 0x400_0000  # fiber f's software stack at STACKS + f * stack_size
+MAP_PIECES = {MEMORY_PIECE: 0, RUNTIME_PIECE: RT_BASE, FIBER_PIECE: FIBERS, STACK_PIECE: STACKS}
 
 # fiber state record
 FIBER_STATE = 0  # u64: frame pointer << 32 | next region

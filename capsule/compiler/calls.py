@@ -150,7 +150,7 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
         through = fs.fresh("dcall")
         fs.emit(mov(T0, T0, w32=True), ldx(8, T1, FP, BPF_FIBER), ldx(8, R1, T1, abi.FIBER_RUN_BUDGET),
                 jmp(Jmp.JEQ, R1, 0, through), alu(Alu.SUB, R1, 1), stx(8, T1, abi.FIBER_RUN_BUDGET, R1),
-                stx(8, FP, BPF_FP_SCALAR, T0), *fs.info.window.pointer("runtime", FRAME, T0), ja(callee.label))
+                stx(8, FP, BPF_FP_SCALAR, T0), *fs.info.window.pointer("stack", FRAME, T0), ja(callee.label))
         fs.code.label(through)
     fs.emit(alu(Alu.LSH, T0, 32))
     if callee is not None:
@@ -167,7 +167,7 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
         # the callee's return jumps here (``return_stub``, whose may_goto bounds chains of returns) with our
         # frame pointer in T1 (the first ``direct_entry_insns`` instructions from the label)
         fs.code.label(direct_entry(cont))
-        fs.emit(stx(8, FP, BPF_FP_SCALAR, T1), *fs.info.window.pointer("runtime", FRAME, T1))
+        fs.emit(stx(8, FP, BPF_FP_SCALAR, T1), *fs.info.window.pointer("stack", FRAME, T1))
         fs.direct_calls.append((callee.func, cont))
     # the continuation: reload our stack, take the results from the callee's frame
     fs.code.label(cont.label)
@@ -180,7 +180,7 @@ def call_sequence(fs: FunctionState, ft: FuncType, callee: RegionKey | None, reg
 def direct_entry_insns(win: Window) -> int:
     """The instructions of a direct entry, from its label: the frame pointer's store and FRAME made from it
     (one instruction on the arena, three on the map tier)."""
-    return 1 + len(win.pointer("runtime", FRAME, T1))
+    return 1 + len(win.pointer("stack", FRAME, T1))
 
 
 def nested_call(fs: FunctionState, callee: RegionKey, cont: RegionKey) -> None:

@@ -70,14 +70,14 @@ def phys_prologue(code: Code, p: int, region_labels: list[str], win: Window) -> 
 def fp_setup(fp: Reg, win: Window) -> list[Insn]:
     """FRAME and the frame-pointer scratch slot from a frame's guest address in ``fp`` (clobbered in the map
     tier)."""
-    return [stx(8, R10, BPF_FP_SCALAR, fp), *win.pointer("runtime", FRAME, fp)]
+    return [stx(8, R10, BPF_FP_SCALAR, fp), *win.pointer("stack", FRAME, fp)]
 
 
 def fiber_setup(fiber: Reg, win: Window) -> list[Insn]:
     """The fiber, runtime and memory-size scratch slots from the fiber record's guest address (clobbered, and
     T0 in the map tier)."""
     return [
-        stx(8, R10, BPF_FIBER_SCALAR, fiber), *win.pointer("runtime", fiber, fiber, T0), stx(8, R10, BPF_FIBER, fiber),
+        stx(8, R10, BPF_FIBER_SCALAR, fiber), *win.pointer("fiber", fiber, fiber, T0), stx(8, R10, BPF_FIBER, fiber),
         *win.runtime_base(fiber), stx(8, R10, BPF_RUNTIME, fiber),
         ldx(8, fiber, fiber, abi.CTRL_MEM_BYTES), stx(8, R10, BPF_MEM_BYTES, fiber),
     ]
@@ -173,7 +173,7 @@ def entry_program(layout: Layout, nfibers: int, may_goto_profile: bool, win: Win
         alu(Alu.MUL, R1, abi.FIBER_SIZE), alu(Alu.ADD, R1, abi.FIBERS - abi.RT_BASE),
         mov(R2, abi.RT_BASE, w32=True), alu(Alu.ADD, R1, R2, w32=True),
         stx(8, R10, abi.BPF_ENTRY_FIBER, R1),  # the fiber's address, passed to every physical function
-        *win.pointer("runtime", R7, R1),
+        *win.pointer("fiber", R7, R1),
         ldx(4, R2, R6, abi.CTX_GENERATION), ldx(4, R3, R7, abi.FIBER_GENERATION), jmp(Jmp.JNE, R2, R3, bad),
     )
     # a run after one that ended (repeat) does nothing; one handed over from another program goes on with the
@@ -323,7 +323,7 @@ def _bounded_levels(code: Code, layout: Layout, win: Window) -> None:
     for name, limit, body in (("capsule_round", abi.ROUND_STEPS, "round"), ("capsule_step", abi.STEP_REGIONS, "step")):
         loop, done = f"{body}.loop", f"{body}.done"
         code.label(name)
-        code.emit(mov(R9, R1), stx(8, R10, abi.BPF_ENTRY_FIBER, R2), *win.pointer("runtime", R7, R2), mov(R8, 0))
+        code.emit(mov(R9, R1), stx(8, R10, abi.BPF_ENTRY_FIBER, R2), *win.pointer("fiber", R7, R2), mov(R8, 0))
         code.label(loop)
         code.emit(mov(R1, R9, w32=True), jmp(Jmp.JGE, R1, abi.SPECIAL_BASE, done, w32=True))
         if layout.split:

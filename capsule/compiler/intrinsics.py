@@ -185,7 +185,7 @@ def _unwind(fs: FunctionState) -> None:
     fs.emit(ldx(8, T0, R10, BPF_FP_SCALAR))
     fs.code.label(loop)
     fs.emit(jmp(Jmp.JEQ, T0, 0, fs.trap_label(abi.Trap.UNCAUGHT_LONGJMP)),
-            *fs.info.window.pointer("runtime", R1, T0, R2), ldx(4, R2, R1, abi.FRAME_RETURN + 4),
+            *fs.info.window.pointer("stack", R1, T0, R2), ldx(4, R2, R1, abi.FRAME_RETURN + 4),
             jmp(Jmp.JNE, R2, 0, found),
             ldx(4, T0, R1, abi.FRAME_CALLER), *([may_goto(susp), ja(loop)] if fs.opt.may_goto else [ja(susp)]))
     fs.code.label(susp)  # resume the walk later, from the frame reached

@@ -350,7 +350,7 @@ def build_window(m: Module, opt: Options) -> Window:
         raise UnsupportedError(f"a memory of {lim.min if lim else 0} pages does not fit the map window's piece "
                                f"of {piece >> 10} KiB (window_piece)")
     try:
-        return Window.map(opt.fibers, opt.stack_size, piece)
+        return Window.map(opt.fibers, opt.stack_size, piece, [t.limits.max for t in m.all_tables()])
     except ValueError as e:
         raise UnsupportedError(str(e)) from None
 

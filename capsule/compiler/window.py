@@ -9,10 +9,15 @@ touches, so no address is routed at run time:
 - **map** (older kernels, e.g. Debian 12's 6.1): each area is one piece, the value of a one-element mmapable
   ARRAY (a ``.bss`` section of the object, so ``ld_imm64`` of the map value is its address). A pointer is
   ``piece + (address & (size - 1))``: the mask is what lets the verifier bound the variable offset (an access
-  must end within the value), and since both areas start at a multiple of their size it is also the address's
+  must end within the value), and since every area starts at a multiple of its size it is also the address's
   offset in the piece. Each piece is ``size + slack`` bytes, so that an instruction's constant offset past the
-  masked address stays inside the value. The host maps both pieces at their window addresses, so it shares the
+  masked address stays inside the value. The host maps the pieces at their window addresses, so it shares the
   pages exactly as with the arena. Growth happens within the pieces created at load.
+
+  The runtime area is three pieces, each sized for the build, because its layout (``abi``) is sparse: the
+  control block, globals, function info and tables (up to the last table's reach), the fiber records, and the
+  fibers' stacks. One piece spanning them all would be 128 MiB for any build (the stacks start 64 MiB in), and
+  an array map's value is allocated whole.
 
 ``capsule/compiler/memory.py`` lowers the wasm memory instructions on these forms; ``dispatcher``, ``calls``
 and ``intrinsics`` take their frame, fiber and runtime pointers from here. (A module of its own because those
@@ -21,6 +26,7 @@ three sit below ``memory`` in the import order.)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,7 +38,9 @@ from capsule.bpf.uapi import MapFlags, MapType
 
 from . import abi
 
-Area = Literal["memory", "runtime"]
+# what a pointer points into: linear memory, the runtime records (control block, globals, function info,
+# tables), a fiber record, or a fiber's stack (frames)
+Area = Literal["memory", "runtime", "fiber", "stack"]
 MiB = 1 << 20
 # the largest piece: the verifier bounds a variable offset at 512 MiB, and every kernel probed accepts an
 # mmapable ARRAY value of 256 MiB (capsule.kernel.probe, array_value_max), which a piece and its slack fit
@@ -41,8 +49,10 @@ MAX_PIECE = 128 * MiB
 DEFAULT_MEMORY_PIECE = 64 * MiB
 # past the masked address: an access's constant offset (< 32 KiB, larger ones are added before the mask)
 MEMORY_SLACK = 64 << 10
-# past a frame, fiber or runtime pointer: the largest constant offset compiled code adds to one (frames)
-RUNTIME_SLACK = 1 * MiB
+# past a frame pointer: the largest constant offset compiled code adds to one
+STACK_SLACK = 1 * MiB
+# past a runtime or fiber pointer (a table element, a field of a record) and in the pieces' host mapping
+RECORD_SLACK = abi.PAGE
 
 
 def _pow2_at_least(n: int) -> int:
@@ -54,35 +64,47 @@ def _pow2_at_least(n: int) -> int:
 
 @dataclass(frozen=True)
 class Window:
-    """The tier, and for the map tier the two pieces' sizes (powers of two; 0 for the arena)."""
+    """The tier, and for the map tier its pieces' sizes (powers of two; 0 for the arena)."""
 
     kind: Literal["arena", "map"]
     memory_piece: int = 0
     runtime_piece: int = 0
+    fiber_piece: int = 0
+    stack_piece: int = 0
 
     @staticmethod
-    def map(fibers: int, stack_size: int, memory_bytes: int) -> Window:
-        """The map tier for a build: a memory piece holding ``memory_bytes`` (how far memory may grow), a
-        runtime piece holding the runtime area and every fiber's stack. ``ValueError`` past ``MAX_PIECE``."""
-        runtime = _pow2_at_least(abi.STACKS - abi.RT_BASE + fibers * stack_size)
+    def map(fibers: int, stack_size: int, memory_bytes: int, tables: Sequence[int | None] = ()) -> Window:
+        """The map tier for a build: a memory piece holding ``memory_bytes`` (how far memory may grow), and the
+        runtime area's pieces for ``fibers`` stacks of ``stack_size`` and ``tables`` (each table's maximum
+        size in elements, None when unbounded). ``ValueError`` when a piece cannot fit its place."""
+        reach = abi.FUNC_INFO + (abi.MAX_FUNCS * 8)  # control block, globals and function info, always
+        for t, most in enumerate(tables):
+            elems = abi.MAX_TABLE_ELEMS if most is None else min(most, abi.MAX_TABLE_ELEMS)
+            reach = max(reach, abi.TABLES + t * abi.TABLE_STRIDE + elems * 8)
+        runtime = _pow2_at_least(reach - abi.RT_BASE)
+        fiber = _pow2_at_least(max(fibers * abi.FIBER_SIZE, abi.PAGE))
+        stack = _pow2_at_least(fibers * stack_size)
         memory = _pow2_at_least(max(memory_bytes, abi.WASM_PAGE))
-        if runtime > MAX_PIECE:
-            raise ValueError(f"the map window's runtime area ({fibers} fibers of {stack_size >> 20} MiB stacks) "
-                             f"needs {runtime >> 20} MiB, more than a piece's {MAX_PIECE >> 20} MiB: use fewer "
-                             f"fibers or smaller stacks")
+        if abi.RT_BASE + runtime + RECORD_SLACK > abi.FIBERS:
+            raise ValueError(f"the map window's runtime piece holds the tables up to "
+                             f"{(abi.FIBERS - abi.RT_BASE) >> 20} MiB in; {len(tables)} tables reach "
+                             f"{(reach - abi.RT_BASE) >> 20} MiB: give the tables a maximum")
+        if stack > abi.STACKS & -abi.STACKS or stack > MAX_PIECE:
+            raise ValueError(f"the map window's stacks ({fibers} fibers of {stack_size >> 20} MiB stacks) "
+                             f"need {stack >> 20} MiB, more than a piece's {(abi.STACKS & -abi.STACKS) >> 20} MiB: "
+                             f"use fewer fibers or smaller stacks")
         if memory > MAX_PIECE:
             raise ValueError(f"the map window holds at most {MAX_PIECE >> 20} MiB of linear memory, "
                              f"{memory_bytes >> 20} MiB asked")
-        return Window("map", memory, runtime)
+        return Window("map", memory, runtime, fiber, stack)
 
     @property
     def is_map(self) -> bool:
         return self.kind == "map"
 
     def _piece(self, area: Area) -> tuple[str, int]:
-        if area == "memory":
-            return abi.MEMORY_PIECE, self.memory_piece
-        return abi.RUNTIME_PIECE, self.runtime_piece
+        return {"memory": (abi.MEMORY_PIECE, self.memory_piece), "runtime": (abi.RUNTIME_PIECE, self.runtime_piece),
+                "fiber": (abi.FIBER_PIECE, self.fiber_piece), "stack": (abi.STACK_PIECE, self.stack_piece)}[area]
 
     def pointer(self, area: Area, dst: Reg, src: Reg, scratch: Reg | None = None) -> list[Insn]:
         """``dst`` = a pointer to the guest address in ``src``. In the map tier, without ``scratch`` ``src`` is
@@ -127,7 +149,9 @@ class Window:
             return {abi.WINDOW_MAP: MapSpec(abi.WINDOW_MAP, MapType.ARENA, 0, 0, abi.GIB4 // abi.PAGE,
                                             flags=MapFlags.MMAPABLE)}
         pieces = ((abi.MEMORY_PIECE, self.memory_piece + MEMORY_SLACK),
-                  (abi.RUNTIME_PIECE, self.runtime_piece + RUNTIME_SLACK))
+                  (abi.RUNTIME_PIECE, self.runtime_piece + RECORD_SLACK),
+                  (abi.FIBER_PIECE, self.fiber_piece + RECORD_SLACK),
+                  (abi.STACK_PIECE, self.stack_piece + STACK_SLACK))
         return {name: MapSpec(name, MapType.ARRAY, 4, size, 1, flags=MapFlags.MMAPABLE, section=name)
                 for name, size in pieces}
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from capsule.compiler import Options
 from capsule.runtime.wasi_host import Guest, KernelGuest, WasiConfig, WasiError, WasiHost
 from capsule.testing.engines import open_guest
 
@@ -98,11 +99,11 @@ class DoomHost(WasiHost):
 
 def play(wasm: Path, wad: Path, *, engine: str = "kernel", frames: int = DEMO_FRAMES, script: str = DEMO_INPUT,
          on_frame: FrameSink | None = None, stdout: BinaryIO | None = None, stderr: BinaryIO | None = None,
-         extra_args: tuple[str, ...] = ()) -> DoomRun:
+         extra_args: tuple[str, ...] = (), options: Options | None = None) -> DoomRun:
     """Run ``frames`` frames of DOOM on ``engine`` with the key events of ``script`` (``doom_headless.c``'s
-    format); every frame goes to ``on_frame`` and is hashed."""
+    format); every frame goes to ``on_frame`` and is hashed. ``options``: the kernel build's (a profile's)."""
     run = DoomRun(0)
-    guest = open_guest(wasm, engine)
+    guest = open_guest(wasm, engine, options)
     inst = guest.inst if isinstance(guest, KernelGuest) else None
     last = [inst.stats.invocations if inst else 0]
 

@@ -162,7 +162,7 @@ class VM:
     out: Path
     cwd: Path = field(default_factory=Path.cwd)
     env: dict[str, str] = field(default_factory=dict)
-    memory: str = "3G"  # the map window allocates its pieces whole (192 MiB an instance by default)
+    memory: str = "3G"  # the map window allocates its pieces whole (133 MiB an instance by default)
     cpus: int = 2
     echo: Callable[[str], None] | None = None
     pid: int | None = None

@@ -6,6 +6,7 @@ program, memory growth within the pieces, and the host sharing the pieces' pages
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -14,16 +15,17 @@ from capsule.bpf.elf import read_object
 from capsule.bpf.elf_write import object_bytes
 from capsule.bpf.uapi import MapType
 from capsule.compiler import Options, abi, compile_module
-from capsule.compiler.window import MEMORY_SLACK, RUNTIME_SLACK
+from capsule.compiler.window import MEMORY_SLACK, RECORD_SLACK, STACK_SLACK, Window
 from capsule.kernel.preflight import insn_feature
 from capsule.runtime import Instance
 from capsule.runtime.wasi_host import WasiConfig, WasiHost
 from capsule.sources import fetch
 from capsule.sources import lua as lua_recipe
 from capsule.testing.engines import open_guest
-from capsule.testing.wast_exec import run_script
+from capsule.testing.wast_exec import ExecReport, WastExecutor, run_script
 from capsule.toolchain.guest import build_wasm
 from capsule.wasm import load
+from capsule.wasm.wast import convert
 from tests.thirdparty.test_lua import ARGS, ENV, NATIVE_CACHE, SCRIPTS, Lua, Run, _same, run_native
 
 from .diff_harness import Pair, build_source
@@ -61,13 +63,39 @@ def test_spec_file_on_the_map_window(name: str) -> None:
     assert report.counts["passed"] > 0
 
 
+TWO_MODULES = """
+(module (func (export "f") (result i32) (i32.const 1)))
+(assert_return (invoke "f") (i32.const 1))
+(module $M (func (export "f") (result i32) (i32.const 2)))
+(module (func (export "f") (result i32) (i32.const 3)))
+(assert_return (invoke $M "f") (i32.const 2))
+(assert_return (invoke "f") (i32.const 3))
+"""
+
+
+def test_spec_scripts_close_the_modules_nothing_reaches(tmp_path: Path) -> None:
+    """A spec file's anonymous module is closed when the next replaces it (each holds its pieces' memory);
+    a named one stays for the commands that name it."""
+    wast = tmp_path / "two.wast"
+    wast.write_text(TWO_MODULES)
+    conv = convert(wast, tmp_path / "cache")
+    report = ExecReport(wast.name)
+    with WastExecutor(MAP) as ex:
+        ex.run(json.loads(conv.json_path.read_text())["commands"], conv.json_path.parent, report)
+        assert [m.line for m in ex.all] == [4, 5]  # the first module closed, $M and the current one open
+    assert not report.failures() and report.counts["passed"] == 6
+
+
 def test_object_has_pieces_not_an_arena() -> None:
     spec = compile_module(load(build_source(GROW)), MAP)
     assert abi.WINDOW_MAP not in spec.maps
-    mem, rt = spec.maps[abi.MEMORY_PIECE], spec.maps[abi.RUNTIME_PIECE]
-    assert mem.type == rt.type == MapType.ARRAY and mem.max_entries == rt.max_entries == 1
+    pieces = [spec.maps[name] for name in abi.MAP_PIECES]
+    assert all(p.type == MapType.ARRAY and p.max_entries == 1 for p in pieces)
+    mem, rt, fibers, stacks = pieces
     assert mem.value_size == 64 * 2**20 + MEMORY_SLACK  # no declared maximum: the default piece
-    assert rt.value_size == 128 * 2**20 + RUNTIME_SLACK  # 64 MiB of runtime area, 4 fibers x 16 MiB stacks
+    assert rt.value_size == 4 * 2**20 + RECORD_SLACK  # control block, globals, function info, one small table
+    assert fibers.value_size == 4096 + RECORD_SLACK  # 4 records of 256 bytes, a page
+    assert stacks.value_size == 64 * 2**20 + STACK_SLACK  # 4 fibers x 16 MiB stacks
     assert all(i.src == 0 or i.ref != abi.WINDOW_MAP for p in spec.programs.values() for i in p.insns)
     # nothing a 6.1 kernel lacks: no arena cast, no may_goto, no cpu v4 instruction
     used = {insn_feature(i) for p in spec.programs.values() for i in p.insns} - {None}
@@ -105,6 +133,31 @@ def test_memory_grows_within_its_piece_and_the_host_shares_the_pages() -> None:
         inst.mem[15 * 65536 + 60:15 * 65536 + 64] = (1234).to_bytes(4, "little")  # the host writes, BPF reads
         assert inst.call("poke", 15, 99) == [1234]
         assert int.from_bytes(inst.mem[15 * 65536 + 60:15 * 65536 + 64], "little") == 99
+
+
+def test_a_small_build_creates_small_maps() -> None:
+    """The pieces are sized for the build: its memory's declared maximum, its fibers' stacks, its tables, read
+    back from the kernel's maps. (Once every build's runtime piece was 128 MiB, the stacks starting 64 MiB into
+    the runtime area: a spec file's modules ran a 3 GiB VM out of memory on 6.1.)"""
+    wasm = build_source(GROW, extra=["-Wl,--initial-memory=131072", "-Wl,--max-memory=262144"])
+    spec = compile_module(load(wasm), Options(window="map", may_goto=False, cpu=3, fibers=1, stack_size=1 << 20))
+    with Instance(spec) as inst:
+        sizes = {name: inst.coll.maps[name].info().value_size for name in abi.MAP_PIECES}
+        assert inst.call("grow", 2) == [2] and inst.call("grow", 1) == [-1]  # 4 pages: the declared maximum
+        assert inst.call("poke", 3, 7) == [0] and inst.call("poke", 3, 8) == [7]
+    assert sizes == {abi.MEMORY_PIECE: 256 * 1024 + MEMORY_SLACK, abi.RUNTIME_PIECE: 4 * 2**20 + RECORD_SLACK,
+                     abi.FIBER_PIECE: 4096 + RECORD_SLACK, abi.STACK_PIECE: 2**20 + STACK_SLACK}
+    assert sum(sizes.values()) < 7 * 2**20  # was 192 MiB for any build
+
+
+def test_the_runtime_pieces_follow_tables_and_refuse_what_cannot_fit() -> None:
+    assert Window.map(4, 16 << 20, 1 << 16).runtime_piece == 2 << 20  # no table: up to the function info
+    assert Window.map(4, 16 << 20, 1 << 16, [None, 10]).runtime_piece == 8 << 20  # table 0 unbounded
+    assert Window.map(64, 1 << 20, 1 << 16).fiber_piece == 16 << 10
+    with pytest.raises(ValueError, match="give the tables a maximum"):
+        Window.map(4, 16 << 20, 1 << 16, [None] * 8)
+    with pytest.raises(ValueError, match="use fewer fibers or smaller stacks"):
+        Window.map(8, 16 << 20, 1 << 16)
 
 
 def test_a_memory_larger_than_a_piece_is_refused_at_build() -> None:

@@ -148,3 +148,39 @@ def test_known_failures_are_told_from_new_ones(tmp_path: Path) -> None:
     assert on_6_1["test_ok"].outcome == "passed" and on_6_1["test_skip"].outcome == "skipped"
     on_6_12 = read_junit(tmp_path / "junit.xml", "6.12")  # nothing is expected to fail there
     assert [t.outcome for t in on_6_12] == ["failed", "failed", "failed", "passed", "skipped"]
+
+
+def test_the_full_suite_runs_lua_on_6_1_after_the_rest(tmp_path: Path) -> None:
+    """``full`` on 6.1 adds a second pytest run (Lua's scripts on the map window), with its own JUnit report;
+    6.12, which gets arena-v4, runs the suite alone."""
+    from capsule.testing.vm import JUNIT, SUITES, guest_command
+
+    full = SUITES["full"]
+    on_6_1, on_6_12 = guest_command(full, tmp_path, [], "6.1"), guest_command(full, tmp_path, [], "6.12")
+    runs = [line for line in on_6_1.splitlines() if " -m pytest " in line]
+    assert len(runs) == 2 and all(str(tmp_path / name) in run for name, run in zip(JUNIT, runs, strict=True))
+    assert runs[1].endswith("tests/compiler/test_map_window.py -k 'lua and map-v3'")
+    assert [line for line in on_6_12.splitlines() if " -m pytest " in line] == runs[:1]
+
+
+def test_a_vm_past_its_time_is_a_report_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """6.12's full run was killed at its timeout and the run ended in a traceback, losing the kernel's row."""
+    from types import SimpleNamespace
+
+    from capsule.testing import vm
+    from capsule.testing.qemu import VMTimeout
+
+    class Late:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def run(self, timeout: float) -> None:
+            raise VMTimeout(f"the 6.12 VM ran past {timeout:.0f} s and was killed", "boot\n  .......... [ 82%]\n")
+
+    monkeypatch.setattr(vm, "prepared", lambda label: SimpleNamespace(release="6.12.95"))
+    monkeypatch.setattr(vm, "figure_objects", lambda *args: [])
+    monkeypatch.setattr(vm, "VM", Late)
+    report = vm.run_kernel("6.12", vm.SUITES["full"], timeout=5)
+    assert not report.ok and report.error.endswith("ran past 5 s and was killed; the console's last line: "
+                                                   "  .......... [ 82%]")
+    assert "ran past 5 s" in vm.format_report([report])
