@@ -118,7 +118,7 @@ def _map_pointer(fs: FunctionState, ra: Reg, offset: int) -> tuple[Reg, int]:
 def load(fs: FunctionState, memarg: MemArg, size: int, sign_extend: bool, t: ValType) -> None:
     slot, e = fs.stack.pop()
     fs.stack.push(e)
-    ra = fs.stack.read(slot, e, T1)
+    ra = fs.stack.read(slot, e, T1, consume=True)
     ptr, off = address(fs, ra, memarg.offset, size, check=fs.opt.checked)
     dst = fs.stack.dst(slot)
     if sign_extend and fs.opt.cpu < 4:  # cpu v3: load, then shift the sign bit to the top and back
@@ -140,7 +140,7 @@ def store(fs: FunctionState, memarg: MemArg, size: int) -> None:
     imm = imm_of(v, size <= 4)
     if imm is not None and size <= 4:  # the bytes stored, as st's sign-extended 32-bit immediate
         imm = signed(unsigned(imm, 8 * size), 32)
-    ra = fs.stack.read(as_, a, T0)
+    ra = fs.stack.read(as_, a, T0, consume=True)
     rv: Reg | None = None
     if imm is None:
         rv = fs.stack.register_of(vs, v)
