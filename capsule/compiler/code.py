@@ -50,6 +50,11 @@ class Code:
         """Whether ``insn`` is the last instruction and nothing can jump in after it (no label since)."""
         return bool(self.insns) and self.insns[-1] is insn and self._labelled != len(self.insns)
 
+    def retract(self, insn: Insn) -> None:
+        """Take back the last instruction, ``insn`` (``just_emitted``: no label points past it)."""
+        assert self.just_emitted(insn)
+        self.insns.pop()
+
     def fresh(self, stem: str) -> str:
         self._n += 1
         return f"{stem}.{self._n}"

@@ -31,6 +31,10 @@ class Emitter(Protocol):
         """Whether ``insn`` is the last instruction and nothing can jump in after it."""
         ...
 
+    def retract(self, insn: Insn) -> None:
+        """Remove ``insn``, which ``just_emitted`` says is the last instruction."""
+        ...
+
 
 def imm_of(e: Entry, w32: bool) -> int | None:
     """The immediate form of a constant operand, if BPF has one for this width (ALU and jump immediates are

@@ -83,7 +83,7 @@ def unary(fs: FunctionState, t: ValType, body: Callable[[Reg], None]) -> None:
     slot, e = fs.stack.pop()
     fs.stack.push(e)  # keep the slot occupied while computing into its home
     dst = fs.stack.result(slot)
-    fs.stack.read_into(dst, slot, e)
+    fs.stack.read_into(dst, slot, e, consume=True)
     body(dst)
     fs.stack.finish(slot, dst, t)
 
@@ -97,11 +97,11 @@ def binop(fs: FunctionState, op: Alu, w32: bool) -> None:
     imm = imm_of(b, w32)
     if op in _SHIFTS and isinstance(b, Const):
         imm = b.bits & (31 if w32 else 63)
-    fs.stack.read_into(dst, a_slot, a)
+    fs.stack.read_into(dst, a_slot, a, consume=True)
     if imm is not None:
         fs.emit(alu(op, dst, imm, w32=w32))
     else:
-        fs.emit(alu(op, dst, fs.stack.read(bs, b, T1), w32=w32))
+        fs.emit(alu(op, dst, fs.stack.read(bs, b, T1, consume=True), w32=w32))
     fs.stack.finish(a_slot, dst, t)
 
 

@@ -61,21 +61,19 @@ def address(fs: FunctionState, ra: Reg, offset: int, size: int, *, check: bool) 
     """Bounds-check (with ``check``) and cast the address in ``ra``; returns (pointer register, insn offset).
     In fast mode the pointer is masked (``abi.fast_mask``), so that no access reaches the runtime area.
 
-    Uses T0 for the pointer and, when checking, T1 for the limit.
+    The check is ``ra > limit - end`` (signed, ``_check``): three instructions that leave ``ra`` in place.
+    Uses T0 for the pointer and, when checking, the other temporary for the limit.
     """
     mask = [] if fs.opt.checked else [alu(Alu.AND, T0, fs.info.memory_mask, w32=True)]
     if check:
         end = offset + size
-        if fits_signed(end, 32):
-            fs.emit(mov(T0, ra), alu(Alu.ADD, T0, end))
-        else:
-            fs.emit(ld_imm64(T0, end), alu(Alu.ADD, T0, ra))
-        fs.emit(ldx(8, T1, R10, BPF_MEM_BYTES), jmp(Jmp.JGT, T0, T1, fs.trap_label(abi.Trap.OUT_OF_BOUNDS)))
-        if ra in (T0, T1):  # the sum or the limit overwrote the address: recover it from T0 = address + end
-            fs.emit(alu(Alu.SUB, T0, end) if fits_signed(end, 32) else ld_imm64(T1, end))
-            if not fits_signed(end, 32):
-                fs.emit(alu(Alu.SUB, T0, T1))
-            ra = T0
+        if fits_signed(-end, 32):
+            _check(fs, ra, end)
+        else:  # an offset of 2 GiB or more: the sum, compared unsigned
+            _check_wide(fs, ra, end)
+            if ra in (T0, T1):  # the sum or the limit overwrote the address: recover it from T0 = address + end
+                fs.emit(ld_imm64(T1, end), alu(Alu.SUB, T0, T1))
+                ra = T0
     win = fs.info.window
     if win.is_map:
         return _map_pointer(fs, ra, offset)
@@ -85,6 +83,24 @@ def address(fs: FunctionState, ra: Reg, offset: int, size: int, *, check: bool) 
     # the effective address wraps at 32 bits in fast mode (checked mode has trapped before it could)
     fs.emit(mov(T0, ra), alu(Alu.ADD, T0, unsigned(offset, 32), w32=True), addr_space_cast(T0, T0, 0, 1), *mask)
     return T0, 0
+
+
+def _check(fs: FunctionState, ra: Reg, end: int) -> None:
+    """Trap unless ``ra + end <= limit``, as ``ra > limit - end`` in a temporary that is not ``ra``. Signed,
+    because ``limit - end`` is negative when the memory is smaller than ``end`` (every address must trap then);
+    ``ra`` is a zero-extended i32 (wasm has no 64-bit memories here), so the comparison is exact."""
+    lim = T0 if ra == T1 else T1
+    fs.emit(ldx(8, lim, R10, BPF_MEM_BYTES), alu(Alu.ADD, lim, -end),
+            jmp(Jmp.JSGT, ra, lim, fs.trap_label(abi.Trap.OUT_OF_BOUNDS)))
+
+
+def _check_wide(fs: FunctionState, ra: Reg, end: int) -> None:
+    """The check for an ``end`` past 2 GiB: T0 = ra + end (64-bit: no wrap-around), compared with the limit."""
+    if ra == T0:
+        fs.emit(ld_imm64(T1, end), alu(Alu.ADD, T0, T1))
+    else:
+        fs.emit(ld_imm64(T0, end), alu(Alu.ADD, T0, ra))
+    fs.emit(ldx(8, T1, R10, BPF_MEM_BYTES), jmp(Jmp.JGT, T0, T1, fs.trap_label(abi.Trap.OUT_OF_BOUNDS)))
 
 
 def _map_pointer(fs: FunctionState, ra: Reg, offset: int) -> tuple[Reg, int]:
@@ -102,12 +118,7 @@ def _map_pointer(fs: FunctionState, ra: Reg, offset: int) -> tuple[Reg, int]:
 def load(fs: FunctionState, memarg: MemArg, size: int, sign_extend: bool, t: ValType) -> None:
     slot, e = fs.stack.pop()
     fs.stack.push(e)
-    ra = fs.stack.read(slot, e, T1)
-    if ra == T1:  # the address is needed while T1 holds the limit: move it to the result register first
-        dst = fs.stack.dst(slot)
-        if dst != T0:
-            fs.emit(mov(dst, T1))
-            ra = dst
+    ra = fs.stack.read(slot, e, T1, consume=True)
     ptr, off = address(fs, ra, memarg.offset, size, check=fs.opt.checked)
     dst = fs.stack.dst(slot)
     if sign_extend and fs.opt.cpu < 4:  # cpu v3: load, then shift the sign bit to the top and back
@@ -129,28 +140,11 @@ def store(fs: FunctionState, memarg: MemArg, size: int) -> None:
     imm = imm_of(v, size <= 4)
     if imm is not None and size <= 4:  # the bytes stored, as st's sign-extended 32-bit immediate
         imm = signed(unsigned(imm, 8 * size), 32)
-    ra = fs.stack.read(as_, a, T0)
-    if ra == T0:  # keep T0 free for the pointer
-        fs.emit(stx(8, R10, BPF_TEMP, T0))
+    ra = fs.stack.read(as_, a, T0, consume=True)
     rv: Reg | None = None
     if imm is None:
         rv = fs.stack.register_of(vs, v)
-    if ra == T0:
-        fs.emit(ldx(8, T1, R10, BPF_TEMP))
-        ra = T1
-        if fs.opt.checked:  # T1 is needed for the limit: park the address in the value's spill slot
-            fs.emit(store_frame(fs.stack.spill_off(as_), T1))
-    if fs.opt.checked and ra == T1:
-        fs.emit(load_frame(T0, fs.stack.spill_off(as_)), alu(Alu.ADD, T0, memarg.offset + size)
-                if fits_signed(memarg.offset + size, 32) else ld_imm64(T0, memarg.offset + size))
-        if not fits_signed(memarg.offset + size, 32):
-            fs.emit(alu(Alu.ADD, T0, T1))
-        fs.emit(ldx(8, T1, R10, BPF_MEM_BYTES), jmp(Jmp.JGT, T0, T1, fs.trap_label(abi.Trap.OUT_OF_BOUNDS)))
-        fs.emit(load_frame(T1, fs.stack.spill_off(as_)))
-        check = False  # done above
-    else:
-        check = fs.opt.checked
-    ptr, off = address(fs, ra, memarg.offset, size, check=check)
+    ptr, off = address(fs, ra, memarg.offset, size, check=fs.opt.checked)
     if imm is not None:
         fs.emit(st(size, ptr, off, imm))
         return

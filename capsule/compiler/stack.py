@@ -89,9 +89,14 @@ class OperandStack:
             return self.home(slot)
         return None
 
-    def read(self, slot: int, e: Entry, temp: Reg) -> Reg:
+    def read(self, slot: int, e: Entry, temp: Reg, *, consume: bool = False) -> Reg:
         """A register holding the value of stack entry ``e`` at ``slot`` (its home register, a local's register,
-        or ``temp``). Read only: a local's register must not be changed through it (``read_owned``)."""
+        or ``temp``). Read only: a local's register must not be changed through it (``read_owned``).
+
+        ``consume``: the caller pops the slot or overwrites it (``finish``) before anything reads its frame
+        copy, and uses the register before it writes T0 or T1: a store of the slot that was the instruction
+        just before is then dead, and is taken back, and the value is read where it was computed (an operand
+        stack deeper than its registers costs no frame store between one instruction and the next)."""
         if isinstance(e, Const):
             load_const(self.out, temp, e)
             return temp
@@ -102,6 +107,10 @@ class OperandStack:
                 and self.out.just_emitted(self._spill[1]):
             # the value was stored to this slot by the instruction just before: it is still in that register
             held = self._spill[2]
+            if consume:  # the store is dead and the value can be used where it is
+                self.out.retract(self._spill[1])
+                self._spill = None
+                return held
             if held != temp:
                 self.out.emit(mov(temp, held))
             return temp
@@ -117,8 +126,8 @@ class OperandStack:
             return temp
         return r
 
-    def read_into(self, dst: Reg, slot: int, e: Entry) -> None:
-        r = self.read(slot, e, dst)
+    def read_into(self, dst: Reg, slot: int, e: Entry, *, consume: bool = False) -> None:
+        r = self.read(slot, e, dst, consume=consume)
         if r != dst:
             self.out.emit(mov(dst, r))
 

@@ -165,6 +165,9 @@ class FunctionState:
     def just_emitted(self, insn: Insn) -> bool:
         return self.code.just_emitted(insn)
 
+    def retract(self, insn: Insn) -> None:
+        self.code.retract(insn)
+
     def fresh(self, stem: str) -> str:
         """A new label of this function."""
         return self.code.fresh(f"f{self.index}.{stem}")
