@@ -20,14 +20,18 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import io
 import pickle
 from functools import cache
 from pathlib import Path
+from typing import Any
 
+from capsule.bpf.insn import Insn
 from capsule.files import write_whole
 from capsule.toolchain.cache import cache_dir
 from capsule.wasm.module import Function
 
+from .code import Code, RegionKey
 from .state import LoweredFunction, ModuleInfo
 
 # the packages whose source decides what lowering produces
@@ -84,6 +88,50 @@ def function_digest(func: Function, index: int) -> str:
     return hashlib.sha256(head + b"\0" + body).hexdigest()
 
 
+def _code_parts(code: Code) -> tuple[object, ...] | None:
+    """``code`` as columns of plain values (pickled at C speed, a few times faster than an object per
+    instruction), region fixups as instruction indices; None if a fixup names an instruction not in it."""
+    insns = code.insns
+    at = {id(i): k for k, i in enumerate(insns)}
+    fixups = [(at.get(id(i)), key) for i, key in code.region_fixups]
+    if any(k is None for k, _ in fixups):
+        return None
+    columns = ([i.code for i in insns], [i.dst for i in insns], [i.src for i in insns], [i.off for i in insns],
+               [i.imm for i in insns], {k: (i.ref, i.sym) for k, i in enumerate(insns) if i.ref or i.sym})
+    rest = {f.name: getattr(code, f.name) for f in dataclasses.fields(code)
+            if f.name not in ("insns", "region_fixups")}
+    return columns, fixups, rest
+
+
+def _code_from_parts(columns: tuple[list[int], list[int], list[int], list[int], list[int],
+                                    dict[int, tuple[str | None, str | None]]],
+                     fixups: list[tuple[int, RegionKey]], rest: dict[str, object]) -> Code:
+    codes, dsts, srcs, offs, imms, names = columns
+    insns = [Insn(*fields) for fields in zip(codes, dsts, srcs, offs, imms, strict=True)]
+    for k, (ref, sym) in names.items():
+        insns[k].ref, insns[k].sym = ref, sym
+    code = Code(insns=insns, region_fixups=[(insns[k], key) for k, key in fixups])
+    for name, value in rest.items():
+        setattr(code, name, value)
+    return code
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: object) -> Any:  # the reduce tuple pickle expects, or NotImplemented
+        if type(obj) is Code:
+            parts = _code_parts(obj)
+            if parts is not None:
+                return _code_from_parts, parts
+        return NotImplemented
+
+
+def dumps(entry: tuple[LoweredFunction, set[str]]) -> bytes:
+    """An entry pickled, its code in columns (``pickle.loads`` reads it)."""
+    out = io.BytesIO()
+    _Pickler(out, pickle.HIGHEST_PROTOCOL).dump(entry)
+    return out.getvalue()
+
+
 class FunctionCache:
     """Lowered functions of one module under one context, on disk."""
 
@@ -106,7 +154,7 @@ class FunctionCache:
         return lowered, library
 
     def put(self, key: str, pickled: bytes) -> None:
-        """Store an entry already pickled (``pickle.dumps((lowered, library))``)."""
+        """Store an entry already pickled (``dumps((lowered, library))``)."""
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

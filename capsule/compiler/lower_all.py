@@ -20,7 +20,7 @@ import pickle
 from concurrent.futures import ProcessPoolExecutor
 
 from .function import compile_function
-from .function_cache import FunctionCache, function_digest
+from .function_cache import FunctionCache, dumps, function_digest
 from .state import LoweredFunction, ModuleInfo
 
 # below this many wasm instructions a module is lowered serially and not cached (the spec suite's modules,
@@ -60,7 +60,7 @@ def _worker(indices: list[int]) -> list[tuple[int, bytes | None]]:
     out: list[tuple[int, bytes | None]] = []
     for index in indices:
         try:
-            out.append((index, pickle.dumps(_lower_one(_INFO, index), pickle.HIGHEST_PROTOCOL)))
+            out.append((index, dumps(_lower_one(_INFO, index))))
         except Exception:  # noqa: BLE001 - lowered again by the parent, which raises the error itself
             out.append((index, None))
     return out
@@ -120,7 +120,7 @@ def lower_functions(info: ModuleInfo, indices: list[int], *, jobs: int | None = 
         else:  # serial, or a function a worker failed on: here it raises the build's error
             lowered, library = _lower_one(info, i)
             if store is not None:
-                store.put(keys[i], pickle.dumps((lowered, library), pickle.HIGHEST_PROTOCOL))
+                store.put(keys[i], dumps((lowered, library)))
         info.library_used |= library
         out.append(lowered)
     return out
