@@ -394,15 +394,25 @@ def exit_() -> Insn:
 
 
 # -- label resolution ----------------------------------------------------------------------------------------
+# plain ints for the loops over every instruction (an enum member's lookup costs five times a global's)
+_JMP, _JMP32, _ALU, _ALU64 = int(Class.JMP), int(Class.JMP32), int(Class.ALU), int(Class.ALU64)
+_OP_CALL, _OP_EXIT, _OP_JCOND = int(Jmp.CALL), int(Jmp.EXIT), int(Jmp.JCOND)
+_CALL = _JMP | _OP_CALL
+_SRC_X = int(Src.X)
+_PSEUDO_FUNC, _CALL_BPF = int(Pseudo.FUNC), int(CallKind.BPF)
+
+
 def _is_label_ref(ins: Insn) -> bool:
     """Whether ``ins.ref`` names a label of this program (rather than a map or kfunc for the loader)."""
     if ins.ref is None:
         return False
-    if ins.is_ld_imm64:
-        return ins.src == Pseudo.FUNC
-    if ins.is_call:
-        return ins.src == CallKind.BPF
-    return ins.is_jump
+    code = ins.code
+    if code == LD_IMM64:
+        return ins.src == _PSEUDO_FUNC
+    if code == _CALL:
+        return ins.src == _CALL_BPF
+    cls = code & 0x07
+    return (cls == _JMP or cls == _JMP32) and code & 0xF0 not in (_OP_CALL, _OP_EXIT)
 
 
 # The verifier rewrites some instructions into several before the JIT sees them (may_goto's counter, the
@@ -416,7 +426,7 @@ _INVERSE = {
 }
 
 
-_DIVMOD = (Alu.DIV, Alu.MOD)  # by a register: the kernel adds a zero check (may_goto, helper calls: see below)
+_DIVMOD = (int(Alu.DIV), int(Alu.MOD))  # by a register: the kernel adds a zero check (may_goto, helper calls: below)
 
 
 def _is_conditional(ins: Insn) -> bool:
@@ -445,31 +455,30 @@ def resolve_mapped(insns: list[Insn], labels: dict[str, int] | None = None, *,
             prev = table.setdefault(ins.sym, idx)
             if prev != idx:
                 raise AsmError(f"label {ins.sym!r} defined twice (instructions {prev} and {idx})")
-    for idx, ins in enumerate(insns):
-        if _is_label_ref(ins):
-            assert ins.ref is not None
-            if ins.ref not in table:
-                raise AsmError(f"instruction {idx} ({ins!r}) refers to undefined label {ins.ref!r}")
-            if not 0 <= table[ins.ref] < len(insns):
-                raise AsmError(f"label {ins.ref!r} (used by instruction {idx}) is past the last instruction")
     patched = [0]  # instructions the kernel expands before each instruction (and the end)
     base = [0]  # slot offset of every instruction (and one past the end) before any jump grows
     refs: list[tuple[int, int]] = []  # (instruction, target) of every label reference
     npatched = nslots = 0
+    n = len(insns)
     for idx, ins in enumerate(insns):  # the hot loop of a large build: plain reads, no properties
         code = ins.code
         cls = code & 0x07
-        if cls == Class.JMP or cls == Class.JMP32:
+        if cls == _JMP or cls == _JMP32:
             op = code & 0xF0
-            if op == Jmp.JCOND or (op == Jmp.CALL and ins.src == 0):
+            if op == _OP_JCOND or (op == _OP_CALL and ins.src == 0):
                 npatched += 1
-        elif (cls == Class.ALU or cls == Class.ALU64) and code & 0x08 == Src.X and code & 0xF0 in _DIVMOD:
+        elif (cls == _ALU or cls == _ALU64) and code & 0x08 == _SRC_X and code & 0xF0 in _DIVMOD:
             npatched += 1
         patched.append(npatched)
         nslots += 2 if code == LD_IMM64 else 1
         base.append(nslots)
         if ins.ref is not None and _is_label_ref(ins):
-            refs.append((idx, table[ins.ref]))
+            target = table.get(ins.ref)
+            if target is None:
+                raise AsmError(f"instruction {idx} ({ins!r}) refers to undefined label {ins.ref!r}")
+            if not 0 <= target < n:
+                raise AsmError(f"label {ins.ref!r} (used by instruction {idx}) is past the last instruction")
+            refs.append((idx, target))
     # Grow conditional jumps to their long form until none is out of reach: growing one moves others.
     far: dict[int, int] = {}  # conditional jumps that take the long form -> the slots their form adds
     candidates = [(idx, target) for idx, target in refs if _is_conditional(insns[idx])] if relax else []
@@ -486,19 +495,21 @@ def resolve_mapped(insns: list[Insn], labels: dict[str, int] | None = None, *,
     slots = _Slots(base, far)
     out: list[Insn] = []
     where: list[int] = []  # index in ``out`` of every input instruction
-    targets = dict(refs)
-    for idx, ins in enumerate(insns):
+    done = 0  # instructions before this one are in ``out``; those between references are copied as a slice
+    for idx, target in refs:
+        where.extend(range(len(out), len(out) + idx - done))
+        out.extend(insns[done:idx])
         where.append(len(out))
-        target = targets.get(idx)
-        if target is None:
-            out.append(ins)
-            continue
+        done = idx + 1
+        ins = insns[idx]
         delta = slots.at(target) - slots.at(idx)
         if idx in far:
             out.extend(_long_form(ins, delta))
             continue
         margin = PATCH_SLOTS * abs(patched[target] - patched[idx])
         out.append(_with_offset(ins, idx, delta - 1, relax, margin))
+    where.extend(range(len(out), len(out) + len(insns) - done))
+    out.extend(insns[done:])
     return out, where
 
 

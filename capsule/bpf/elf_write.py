@@ -26,10 +26,12 @@ from .elf_btfgen import data_section_vars, kfunc_type, map_def_var, program_func
 from .elf_format import R_BPF_64_32, R_BPF_64_64, STB_LOCAL, ElfBuilder, Section, Symbol
 from .elf_sections import section_for
 from .insn import SLOT, Insn, slot_offsets
-from .opcodes import CallKind, Pseudo
+from .opcodes import LD_IMM64, CallKind, Class, Jmp, Pseudo
 from .spec import FuncInfo, LineInfo, MapSpec, ObjectSpec, ProgramSpec
 
 __all__ = ["WriteError", "write_object", "object_bytes"]
+
+_CALL = Class.JMP | Jmp.CALL
 
 
 class WriteError(ValueError):
@@ -50,7 +52,8 @@ class _Fn:
     type_id: int  # BTF FUNC, 0 until known
     line_infos: list[LineInfo]
     callees: dict[int, str] = field(default_factory=dict)  # insn index -> callee function name
-    key: tuple[tuple[int, int, int, int, int | str, str | None], ...] = ()  # _canonical
+    # _canonical, computed when a function of the same name is met (None: not yet, or its callees changed)
+    key: tuple[tuple[int, int, int, int, int | str, str | None], ...] | None = None
 
 
 def _is_data_map(m: MapSpec) -> bool:
@@ -75,9 +78,10 @@ class _Writer:
         index_of = {o: i for i, o in enumerate(offs)}
         starts = {0} | {fi.insn_off for fi in prog.func_infos}
         targets: dict[int, int] = {}
-        for i, ins in enumerate(insns):
-            if (ins.is_call and ins.src == CallKind.BPF) or (ins.is_ld_imm64 and ins.src == Pseudo.FUNC):
-                rel = ins.imm if ins.is_call else signed(ins.imm, 32)
+        for i, ins in enumerate(insns):  # plain reads: this loop sees every instruction
+            code = ins.code
+            if (code == _CALL and ins.src == CallKind.BPF) or (code == LD_IMM64 and ins.src == Pseudo.FUNC):
+                rel = ins.imm if code == _CALL else signed(ins.imm, 32)
                 t = offs[i] + rel + 1
                 if t not in index_of:
                     raise WriteError(
@@ -107,10 +111,8 @@ class _Writer:
                 for li in prog.line_infos
                 if start <= li.insn_off < end
             ]
-            fn = _Fn(name, [replace(i, sym=None) for i in insns[lo:hi]], tid, lines)
-            if fn.insns:
-                fn.insns[0].sym = name
-            fns.append(fn)
+            # the program's own instructions, shared: writing reads them and never changes them
+            fns.append(_Fn(name, insns[lo:hi], tid, lines))
             name_at[start] = name
         # callee names, once every function (forward targets included) has one
         for fn, start in zip(fns, bounds, strict=True):
@@ -118,31 +120,34 @@ class _Writer:
             fn.callees = {i: name_at[targets[base + i]] for i in range(len(fn.insns)) if base + i in targets}
         return fns
 
-    def _canonical(self, fn: _Fn) -> tuple[tuple[int, int, int, int, int | str, str | None], ...]:
-        return tuple(
-            (i.code, i.dst, i.src, i.off, fn.callees[k] if k in fn.callees else i.imm, i.ref)
-            for k, i in enumerate(fn.insns)
-        )
+    @staticmethod
+    def _canonical(fn: _Fn) -> tuple[tuple[int, int, int, int, int | str, str | None], ...]:
+        if fn.key is None:
+            callees = fn.callees
+            fn.key = tuple(
+                (i.code, i.dst, i.src, i.off, callees[k] if k in callees else i.imm, i.ref)
+                for k, i in enumerate(fn.insns)
+            )
+        return fn.key
 
     def _collect(self) -> None:
         for prog in self.spec.programs.values():
             fns = self._split(prog)
             renames: dict[str, str] = {}
             for fn in fns[1:]:
-                fn.key = self._canonical(fn)
-            for fn in fns[1:]:
                 have = self.text_names.get(fn.name)
-                if have is not None and have.key != fn.key:
+                if have is not None and self._canonical(have) != self._canonical(fn):
                     new = fn.name
                     n = 1
                     while new in self.text_names:
                         new, n = f"{fn.name}__{n}", n + 1
                     renames[fn.name] = new
                     fn.name = new
-            for fn in fns:
-                fn.callees = {k: renames.get(v, v) for k, v in fn.callees.items()}
+            if renames:
+                for fn in fns:
+                    fn.callees = {k: renames.get(v, v) for k, v in fn.callees.items()}
+                    fn.key = None
             for fn in fns[1:]:
-                fn.key = self._canonical(fn)
                 if fn.name not in self.text_names:
                     self.text_names[fn.name] = fn
                     self.text.append(fn)
@@ -235,12 +240,18 @@ class _Writer:
             out: list[bytes] = []
             pos = 0
             for fn in fns:
-                for k, ins in enumerate(fn.insns):
-                    ins, rel = self._relocate(fn, k, ins, fn_sym, map_sym, data_sym, externs, elf)
-                    if rel is not None:
-                        sec.relocs.append((pos, rel[0], rel[1]))
-                    out.append(ins.encode())
-                    pos += ins.slots() * SLOT
+                callees = fn.callees
+                for k, ins in enumerate(fn.insns):  # the writer's hot loop: most instructions are written as is
+                    opcode = ins.code
+                    if opcode == _CALL or opcode == LD_IMM64 or k in callees:
+                        ins, rel = self._relocate(fn, k, ins, fn_sym, map_sym, data_sym, externs, elf)
+                        if rel is not None:
+                            sec.relocs.append((pos, rel[0], rel[1]))
+                        out.append(ins.encode())
+                        pos += ins.slots() * SLOT
+                    else:
+                        out.append(ins.encode())
+                        pos += SLOT
             sec.data = b"".join(out)
 
         if externs:
@@ -319,7 +330,7 @@ class _Writer:
             )
         if ins.ref and (ins.is_call or ins.is_ld_imm64):
             raise WriteError(f"{fn.name}: cannot write a symbolic reference {ins!r}")
-        return replace(ins, ref=None, sym=None), None
+        return ins, None  # written as is (encoding ignores ref and sym)
 
 
 def object_bytes(spec: ObjectSpec) -> bytes:

@@ -15,12 +15,16 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, replace
 
-from capsule.ints import MASK32, MASK64, signed
+from capsule.ints import MASK16, MASK32, MASK64
 
 from .opcodes import CLASS_MASK, LD_IMM64, OP_MASK, Class, Jmp
 
 SLOT = 8
 _FMT = struct.Struct("<BBhi")
+# Encoding packs the fields as unsigned bit patterns: the same bytes as the signed layout, without a sign
+# conversion per field (the writer encodes every instruction of a program).
+_UFMT = struct.Struct("<BBHI")
+_CALL = Class.JMP | Jmp.CALL
 
 
 class DecodeError(ValueError):
@@ -47,7 +51,7 @@ class Insn:
         return self.code == LD_IMM64
 
     def slots(self) -> int:
-        return 2 if self.is_ld_imm64 else 1
+        return 2 if self.code == LD_IMM64 else 1
 
     @property
     def is_jump(self) -> bool:
@@ -61,7 +65,7 @@ class Insn:
 
     @property
     def is_call(self) -> bool:
-        return self.code == (Class.JMP | Jmp.CALL)
+        return self.code == _CALL
 
     @property
     def is_exit(self) -> bool:
@@ -78,14 +82,17 @@ class Insn:
     def with_jump_offset(self, off: int) -> Insn:
         return replace(self, imm=off) if self.is_gotol else replace(self, off=off)
 
+    def __reduce__(self) -> tuple[type[Insn], tuple[int, int, int, int, int, str | None, str | None]]:
+        # a plain tuple of fields: lowered functions travel between processes and into the build cache pickled
+        return Insn, (self.code, self.dst, self.src, self.off, self.imm, self.ref, self.sym)
+
     # -- encoding ------------------------------------------------------------------------------------------
     def encode(self) -> bytes:
         regs = (self.src & 0xF) << 4 | (self.dst & 0xF)
-        if self.is_ld_imm64:
+        if self.code == LD_IMM64:
             v = self.imm & MASK64
-            first = _FMT.pack(self.code, regs, signed(self.off, 16), signed(v, 32))
-            return first + _FMT.pack(0, 0, 0, signed(v >> 32, 32))
-        return _FMT.pack(self.code, regs, signed(self.off, 16), signed(self.imm, 32))
+            return _UFMT.pack(self.code, regs, self.off & MASK16, v & MASK32) + _UFMT.pack(0, 0, 0, v >> 32)
+        return _UFMT.pack(self.code, regs, self.off & MASK16, self.imm & MASK32)
 
     def __repr__(self) -> str:  # compact, for test failures
         extra = "".join(f" {k}={v!r}" for k, v in (("ref", self.ref), ("sym", self.sym)) if v)
@@ -123,7 +130,7 @@ def decode(data: bytes) -> list[Insn]:
 def slot_offsets(insns: list[Insn]) -> list[int]:
     """The slot index at which each instruction starts."""
     offs, pos = [], 0
-    for ins in insns:
+    for ins in insns:  # plain reads: this runs over every instruction of a program, several times a build
         offs.append(pos)
-        pos += ins.slots()
+        pos += 2 if ins.code == LD_IMM64 else 1
     return offs

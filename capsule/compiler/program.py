@@ -24,8 +24,9 @@ from .calls import direct_entry, direct_entry_insns, leaf_stub, return_label, re
 from .code import Code, RegionKey
 from .dispatcher import BOUNDED_FUNCS, Layout, entry_program, leaf_name, phys_name, phys_prologue
 from .floats import LIB_PREFIX
-from .function import SPLIT_BRANCHES, compile_function
+from .function import SPLIT_BRANCHES
 from .inline import inline_small_functions
+from .lower_all import lower_functions
 from .options import Options
 from .state import CompileError, LoweredFunction, ModuleInfo
 from .window import ARENA, DEFAULT_MEMORY_PIECE, Window
@@ -69,7 +70,7 @@ def compile_module(module: Module, options: Options | None = None) -> ObjectSpec
             direct_edges.setdefault(b, set())
     info.direct_recursive = packing.on_cycles(direct_edges)
     defined = range(module.num_imported_funcs, module.num_imported_funcs + len(module.funcs))
-    lowered = [compile_function(info, index, leaf=index in info.leaves) for index in defined]
+    lowered = lower_functions(info, list(defined))  # from the cache, on every core (``lower_all``)
     returning = _drop_unused_direct_entries(lowered, info.window)
     leaf_code = [f for f in lowered if f.index in info.leaves]
     # a leaf's entry region (used by the host and call_indirect) is a stub in a physical function that calls it

@@ -112,6 +112,17 @@ def test_shared_subprograms_written_once(tmp_path: Path) -> None:
     assert elf.get_section_by_name(".text")["sh_size"] == (6 + 4) * 8  # global_add + mix, once each
 
 
+@pytest.mark.parametrize("name", ROUNDTRIP + ["example"])
+def test_writing_leaves_the_spec_as_it_was(name: str) -> None:
+    """The writer shares the program's instructions instead of copying them: it must never change them."""
+    src = EXAMPLE if name == "example" else INPUTS / f"{name}.c"
+    spec = read_object(compile_bpf(src))
+    before = {n: [repr(i) for i in p.insns] for n, p in spec.programs.items()}
+    first = object_bytes(spec)
+    assert {n: [repr(i) for i in p.insns] for n, p in spec.programs.items()} == before
+    assert object_bytes(spec) == first
+
+
 @pytest.mark.requires_bpf
 @pytest.mark.parametrize("name", ROUNDTRIP + ["example"])
 def test_rewritten_clang_objects_load_with_bpftool(name: str, tmp_path: Path) -> None:
