@@ -153,6 +153,15 @@ def jump_to(fs: FunctionState, c: Ctl) -> None:
     ``may_goto``), any other target is a plain jump."""
     if c.kind == "loop":
         assert c.region is not None
+        if c.latch is not None:
+            fs.emit(ja(c.latch))
+            return
+        if fs.opt.may_goto:
+            # One latch per loop, shared by its back-edges: the values are in the same homes on every one, so
+            # the code after this point is the same. Each may_goto is a patch of the whole program when the
+            # kernel loads it (``do_misc_fixups``), so one per loop instead of one per back-edge is load time.
+            c.latch = fs.fresh("latch")
+            fs.code.label(c.latch)
         # The register locals the loop writes go through the frame on every back-edge. Along some path a local
         # may hold a value the verifier knows exactly (a counter that was 0 on the path where "i == 0"), and
         # iterations from an exact value never lie within an earlier one's, so may_goto cannot prune them: a

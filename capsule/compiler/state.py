@@ -101,6 +101,7 @@ class Ctl:
     region: RegionKey | None = None  # loops: where a suspended loop resumes
     in_else: bool = False
     widen: tuple[tuple[int, Reg], ...] = ()  # loops: the register locals the body writes (``control.loop``)
+    latch: str | None = None  # loops: the back-edge code every later back-edge jumps to (``control.jump_to``)
 
     @property
     def branch_types(self) -> tuple[ValType, ...]:
