@@ -45,7 +45,7 @@ def loop(fs: FunctionState, ins: Instr) -> None:
                       and head_live >> x.imm_as(int) & 1})
     widen = tuple((n, fs.local_regs[n]) for n in written)
     fs.ctls.append(Ctl("loop", head, len(fs.stack) - len(params), params, results, ins.end, region=region,
-                       widen=widen))
+                       widen=widen, live=head_live))
     # Coming in, everything goes through the frame and back, exactly as at the region entry (reached from
     # the dispatcher): values loaded from the arena are scalars the verifier does not know, so the loop's
     # states converge instead of being walked iteration by iteration from known constants.
@@ -169,15 +169,26 @@ def jump_to(fs: FunctionState, c: Ctl) -> None:
         # 8,192 iterations without this).
         for n, r in c.widen:
             fs.emit(store_frame(fs.stack.local_off(n), r), load_frame(r, fs.stack.local_off(n)))
-        jump_to_head(fs, c.label, c.region, c.base + len(c.params))
+        jump_to_head(fs, c.label, c.region, c.base + len(c.params), c.live)
     else:
         c.targeted = True
         fs.emit(ja(c.label))
 
 
-def jump_to_head(fs: FunctionState, head: str, region: RegionKey, height: int) -> None:
+def jump_to_head(fs: FunctionState, head: str, region: RegionKey, height: int, live: int | None = None) -> None:
     """A loop back-edge: behind ``may_goto`` (suspending to ``region`` when it fires), or, without it,
-    through the dispatcher every time."""
+    through the dispatcher every time. ``live``: the locals live at the head, which is all a suspension
+    saves (the head reloads no more); the back-edge's own point may have more live (a ``br_if`` falls
+    through to code that reads others), and the loop's later back-edges, jumping to this one's code
+    (``Ctl.latch``), fewer, perhaps never set on their paths."""
+    saved, fs.live_override = fs.live_override, live
+    try:
+        _back_edge(fs, head, region, height)
+    finally:
+        fs.live_override = saved
+
+
+def _back_edge(fs: FunctionState, head: str, region: RegionKey, height: int) -> None:
     if fs.opt.may_goto:
         susp = fs.fresh("susp")
         if fs.opt.hook is not None:

@@ -102,6 +102,7 @@ class Ctl:
     in_else: bool = False
     widen: tuple[tuple[int, Reg], ...] = ()  # loops: the register locals the body writes (``control.loop``)
     latch: str | None = None  # loops: the back-edge code every later back-edge jumps to (``control.jump_to``)
+    live: int = -1  # loops: the locals live at the head (``liveness``), what a suspended loop keeps
 
     @property
     def branch_types(self) -> tuple[ValType, ...]:
@@ -141,11 +142,14 @@ class FunctionState:
         # a register local is saved and reloaded only where it is live (dead ones may hold anything, even
         # nothing the verifier would let us read: no path reads them before writing them)
         self.live = liveness(func)
+        self.live_override: int | None = None  # set while code for another point than ``pos`` is emitted
         self.stack = OperandStack(self, len(func.locals), stack_regs, local_regs, self._next_set, self.live_mask)
 
     def live_mask(self) -> int:
         """The locals live just before or just after the instruction being lowered: what code emitted for it
         (a call's saves and reloads, a loop's entry and back-edges, a region's exit) must keep."""
+        if self.live_override is not None:
+            return self.live_override
         if self.pos >= len(self.func.body):
             return 0
         if self.func.body[self.pos].op in _NO_FALL_THROUGH:  # what follows it is unreachable

@@ -168,3 +168,50 @@ def values_register_plan(func) -> dict[int, object]:  # type: ignore[no-untyped-
     from capsule.compiler.values import register_plan
 
     return dict(register_plan(func)[0])
+
+
+# A loop's back-edges share one latch (``Ctl.latch``); its suspend stub saved what was live at the *first*
+# back-edge, a ``br_if`` whose fall-through reads local 2. The second back-edge, on a path that never sets
+# local 2, jumped to that stub: the verifier refused the store of a register never set ("R5 !read_ok" in
+# printf_core and luaV_execute). A suspension now saves exactly what the head needs.
+TWO_BACK_EDGES = """(module
+  (func (export "f") (param i32) (result i32) (local i32 i32)
+    (loop $l
+      (local.set 0 (i32.sub (local.get 0) (i32.const 1)))
+      (if (i32.and (local.get 0) (i32.const 1))
+        (then
+          (local.set 2 (i32.mul (local.get 0) (i32.const 3)))
+          (br_if $l (i32.gt_s (local.get 0) (i32.const 0)))
+          (local.set 1 (i32.add (local.get 1) (local.get 2))))
+        (else
+          (local.set 1 (i32.add (local.get 1) (i32.const 1)))
+          (br_if $l (i32.gt_s (local.get 0) (i32.const 0))))))
+    (local.get 1)))"""
+
+
+def _two_back_edges(n: int) -> int:
+    acc = 0
+    while True:
+        n = (n - 1) & 0xFFFFFFFF
+        s = n - (1 << 32) if n >> 31 else n
+        if n & 1:
+            x = (n * 3) & 0xFFFFFFFF
+            if s > 0:
+                continue
+            return (acc + x) & 0xFFFFFFFF
+        acc += 1
+        if s > 0:
+            continue
+        return acc & 0xFFFFFFFF
+
+
+@pytest.mark.requires_bpf
+@pytest.mark.parametrize("checked", [True, False])
+def test_back_edges_sharing_a_latch_save_what_the_head_needs(checked: bool) -> None:
+    from capsule.runtime import Instance
+
+    m = load(wat(TWO_BACK_EDGES))
+    assert 2 in values_register_plan(m.funcs[0])
+    with Instance(compile_module(m, Options(checked=checked))) as inst:
+        for n in (1, 2, 5, 10, 1000):
+            assert inst.call("f", n) == [_two_back_edges(n)], n
