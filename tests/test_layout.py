@@ -33,7 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "opt": ("bpf", "kernel"),
         "toolchain": ("wasm",),
         "guest": ("bpf", "toolchain"),
-        "compiler": ("bpf", "guest", "wasm"),
+        "compiler": ("bpf", "guest", "toolchain", "wasm"),  # toolchain: the cache directory (guest needs it too)
         "runtime": ("bpf", "compiler", "kernel", "wasm"),
         "sources": ("toolchain",),
         "testing": ("bpf", "compiler", "kernel", "runtime", "sources", "toolchain", "wasm"),

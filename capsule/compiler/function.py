@@ -114,15 +114,14 @@ def _prologue(fs: FunctionState) -> None:
     fs.emit(ldx(8, T0, FP, BPF_FP_SCALAR), alu(Alu.AND, T0, size - 1))
     limit = jmp(Jmp.JGT, T0, size - fs.info.frame_margin, fs.trap_label(abi.Trap.STACK_OVERFLOW))
     fs.emit(fs.frame_relative(limit, "imm", -1))
-    # a local every path writes before it reads (dead at the entry) needs no zero, nor a parameter its load
+    # a local every path writes before it reads (dead at the entry) needs no zero in the frame, nor a parameter
+    # its load; a register local always gets a value (``stack.reload_regs`` says why)
     live = fs.live.before[0] if fs.func.body else 0
     for i in range(fs.func.num_params, len(fs.func.locals)):
         if i not in fs.local_regs and live >> i & 1:
             fs.emit(store_frame_imm(abi.FRAME_LOCALS + abi.SLOT * i, 0))
     for n, r in fs.local_regs.items():
-        if not live >> n & 1:
-            continue
-        if n < fs.func.num_params:
+        if n < fs.func.num_params and live >> n & 1:
             fs.emit(load_frame(r, abi.FRAME_LOCALS + abi.SLOT * n))
         else:
             fs.emit(mov(r, 0))

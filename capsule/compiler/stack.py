@@ -222,7 +222,9 @@ class OperandStack:
             r = self.regs[i]
             if only is None or r in only:
                 self.out.emit(load_frame(r, self.spill_off(i)))
+        # a dead local is not loaded, but its register is set (to 0): code that saves a register for a while
+        # (``emit.borrow``) may pick it, and the verifier refuses to read one never written
         live = self.live()
         for n, r in self.local_regs.items():
-            if (only is None or r in only) and live >> n & 1:
-                self.out.emit(load_frame(r, self.local_off(n)))
+            if only is None or r in only:
+                self.out.emit(load_frame(r, self.local_off(n)) if live >> n & 1 else mov(r, 0))

@@ -7,7 +7,7 @@ Builds: ``arena-v4`` (what 6.12 and later get), ``map-v4`` with may_goto (the sa
 the window's own cost), and ``map-v3`` (what 6.1 gets: no may_goto, cpu v3). A figure is the BPF run time of a
 call (``bpf_stats``), best of ``reps`` after one warm-up call; every call's result must equal the first build's.
 
-``python -m capsule.testing.vm_cost [--kernel 6.12] [--host] [--json FILE]``.
+``python -m capsule.bench.vm_cost [--kernel 6.12] [--host] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from capsule.bench import integers
 from capsule.bpf.elf_write import write_object
 from capsule.compiler import Options, compile_module
 from capsule.sources.kernels import KERNELS, prepared
+from capsule.testing.qemu import VM
+from capsule.testing.vm import MAP_V3, REPO, echo_for
 from capsule.wasm import load
-
-from .qemu import VM
-from .vm import MAP_V3, REPO, echo_for
 
 BUILDS = {"arena-v4": Options(), "map-v4": Options(window="map"), "map-v3": Options(**MAP_V3)}
 REPS = 3
@@ -112,7 +111,7 @@ def table(results: dict[str, list[dict[str, object]]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m capsule.testing.vm_cost", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m capsule.bench.vm_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--kernel", action="append", choices=sorted(KERNELS), help="boot this kernel (repeatable)")
     p.add_argument("--host", action="store_true", help="measure on the running kernel too")
     p.add_argument("--reps", type=int, default=REPS)
