@@ -29,7 +29,9 @@ RATIO_LIMIT = 4.0  # a run fails past this: today's C programs with the WASI run
 # when they were recorded; none may grow 10% past its figure. Small objects in the no-may_goto profile pay for
 # the dispatcher's unrolled loop, a fixed cost their few instructions do not amortise.
 KNOWN = {
-    "tests/compiler/test_differential.py::test_profiles_agree": 16.91,
+    # the bounded dispatcher split across programs: 41,774 processed for 2,144 instructions after 2026-12-02's
+    # liveness and operand-store changes shrank its code (the ratio's denominator); 16.91 before
+    "tests/compiler/test_differential.py::test_profiles_agree": 19.48,
     "tests/compiler/test_packing.py::test_many_physical_functions_agree_with_wasmtime": 11.04,
     "tests/compiler/test_differential.py::test_hash_table": 4.39,
     "tests/compiler/test_map_window.py": 15.88,  # small spec objects, no-may_goto and map-window forms
