@@ -109,9 +109,6 @@ class Ctl:
         return self.params if self.kind == "loop" else self.results
 
 
-_NO_FALL_THROUGH = frozenset({Op.BR, Op.BR_TABLE, Op.RETURN, Op.UNREACHABLE})
-
-
 class FunctionState:
     def __init__(self, info: ModuleInfo, index: int, *, leaf: bool = False) -> None:
         self.info = info
@@ -152,8 +149,6 @@ class FunctionState:
             return self.live_override
         if self.pos >= len(self.func.body):
             return 0
-        if self.func.body[self.pos].op in _NO_FALL_THROUGH:  # what follows it is unreachable
-            return self.live.before[self.pos]
         return self.live.before[self.pos] | self.live.after(self.pos)
 
     def _next_set(self) -> int | None:
